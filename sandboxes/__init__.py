@@ -1,0 +1,1 @@
+"""Docker sandboxes that run one real agent CLI per factory session."""

@@ -1,0 +1,1 @@
+"""Agent adapters: one small class per CLI behind the Agent protocol."""

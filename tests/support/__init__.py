@@ -1,0 +1,56 @@
+"""Helpers shared by tests: free ports and background server processes on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+@contextlib.contextmanager
+def background(
+    args: list[str], ready_url: str, *, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `python -m ...`-style args in a subprocess until the block ends; kill it afterwards."""
+    cmd = [sys.executable, *args] if args[0] == "-m" else args
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+    try:
+        wait_http(ready_url, timeout=timeout, proc=proc)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
