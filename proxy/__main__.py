@@ -1,0 +1,3 @@
+from proxy.cli import app
+
+app(prog_name="python -m proxy")

@@ -1,0 +1,50 @@
+"""Errors in each API's own shape, as whole bodies and as stream events."""
+
+from __future__ import annotations
+
+import json
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    502: "api_error",
+    504: "timeout_error",
+}
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
+    502: "upstream_error",
+    504: "timeout",
+}
+
+
+def error_body(family: str, status: int, message: str) -> bytes:
+    if family == "anthropic":
+        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+    kind = _OPENAI_TYPES.get(status, "api_error")
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+
+
+def stream_error_event(api: str, message: str) -> bytes:
+    """The event a client of `api` understands as 'the stream failed', ending the stream."""
+    payload: dict[str, object]
+    if api == "anthropic_messages":
+        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    if api == "openai_responses":
+        payload = {
+            "type": "error",
+            "code": "upstream_error",
+            "message": message,
+            "param": None,
+        }
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    payload = {"error": {"message": message, "type": "upstream_error", "code": 502}}
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
