@@ -1,0 +1,92 @@
+"""Command line of the sandbox layer: build images, collect garbage, try one session."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from sandboxes.config import SandboxSettings
+
+
+def _client():  # type: ignore[no-untyped-def]
+    import docker
+
+    return docker.from_env()
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def cmd_build(args: argparse.Namespace) -> None:
+    from sandboxes.images.build import build_agents
+
+    print(build_agents(_client(), SandboxSettings(), log=_log))
+
+
+def cmd_gc(args: argparse.Namespace) -> None:
+    from sandboxes.gc import collect
+
+    report = collect(_client(), run_id=args.run, everything=args.all)
+    print(json.dumps(asdict(report)))
+
+
+def cmd_try(args: argparse.Namespace) -> None:
+    from sandboxes.images.build import build_agents
+    from sandboxes.session import SessionRequest, run_session
+
+    settings = SandboxSettings()
+    client = _client()
+    image = args.image or build_agents(client, settings, log=_log)
+    req = SessionRequest(
+        agent=args.agent,
+        repo=args.repo.resolve(),
+        commit=args.commit,
+        task=args.task,
+        proxy_url=args.proxy,
+        image=image,
+        model=args.model,
+        command=args.command,
+        time_limit_s=args.time_limit,
+        settings=settings,
+    )
+    if args.session:
+        req.session_id = args.session
+    if args.run:
+        req.run_id = args.run
+    result = run_session(req, client)
+    print(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 1))
+    sys.exit(0 if result.status == "succeeded" else 1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m sandboxes", description=__doc__)
+    sub = parser.add_subparsers(dest="command_name", required=True)
+    sub.add_parser("build", help="build (or find) the base and agents images; prints the agents tag")
+    gc = sub.add_parser("gc", help="remove containers, networks and firewall rules left by dead runs")
+    gc.add_argument("--run", help="only this run id")
+    gc.add_argument("--all", action="store_true", help="also what live runs hold")
+    t = sub.add_parser("try", help="run one session and print its result as JSON")
+    t.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
+    t.add_argument("--repo", type=Path, required=True)
+    t.add_argument("--commit", required=True, help="base commit (any git revision)")
+    t.add_argument("--task", default="", help="the task, in English or Korean")
+    t.add_argument(
+        "--proxy", required=True, help="the proxy's URL as the host sees it, e.g. http://127.0.0.1:8100"
+    )
+    t.add_argument("--session", help="session id (default: a new uuid)")
+    t.add_argument("--run", help="run id for the labels (default: try-<random>)")
+    t.add_argument("--command", help="run this shell command inside instead of an agent (debug confinement)")
+    t.add_argument("--model", default="target", help="model name the agent asks the proxy for")
+    t.add_argument(
+        "--time-limit", type=float, help="seconds the agent may run (default: the sandbox wall time)"
+    )
+    t.add_argument("--image", help="agents image tag (default: build or find the current one)")
+    t.add_argument("--compact", action="store_true", help="print the JSON on one line")
+    args = parser.parse_args(argv)
+    if args.command_name == "try" and not args.command and not args.task:
+        parser.error("try needs --task (or --command)")
+    {"build": cmd_build, "gc": cmd_gc, "try": cmd_try}[args.command_name](args)

@@ -1,0 +1,164 @@
+"""Build the base and agents images; tags carry a hash of their inputs so an unchanged image is never rebuilt."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound
+
+from sandboxes.agents.npm_install import AGENT_PACKAGES
+from sandboxes.config import SandboxSettings
+from sandboxes.images.mirror import host_mirror
+
+DOCKERFILE = Path(__file__).with_name("Dockerfile.agents")
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# OpenCode installs this next to its config on every run unless it is already there.
+OPENCODE_PLUGIN = "@opencode-ai/plugin"
+
+Log = Callable[[str], None]
+
+
+def _digest(parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def ca_files(ca_dir: Path) -> list[Path]:
+    """The host's extra CA certificates (update-ca-certificates only reads *.crt)."""
+    if not ca_dir.is_dir():
+        return []
+    return sorted(p for p in ca_dir.rglob("*.crt") if p.is_file())
+
+
+def agent_specs() -> list[str]:
+    return [f"{pkg}@{ver}" for pkg, ver, _ in AGENT_PACKAGES.values()]
+
+
+def opencode_plugin_spec() -> str:
+    return f"{OPENCODE_PLUGIN}@{AGENT_PACKAGES['opencode'][1]}"
+
+
+def base_tag(settings: SandboxSettings) -> str:
+    if settings.base_image:
+        return settings.base_image
+    mirror = settings.mirror or host_mirror(settings.suite)
+    key = _digest({"suite": settings.suite, "variant": "minbase", "mirror": mirror})
+    return f"{settings.image_repo}-base:{settings.suite}-{key}"
+
+
+def agents_tag(settings: SandboxSettings) -> str:
+    certs = [
+        (p.relative_to(settings.ca_dir).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in ca_files(settings.ca_dir)
+    ]
+    key = _digest(
+        {
+            "base": base_tag(settings),
+            "dockerfile": DOCKERFILE.read_text(),
+            "agents": agent_specs(),
+            "plugin": opencode_plugin_spec(),
+            "certs": certs,
+        }
+    )
+    return f"{settings.image_repo}-agents:{key}"
+
+
+def _exists(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+        return True
+    except ImageNotFound:
+        return False
+
+
+def build_base(client: docker.DockerClient, settings: SandboxSettings, log: Log = print) -> str:
+    tag = base_tag(settings)
+    if _exists(client, tag):
+        log(f"base image {tag} is current")
+        return tag
+    if settings.base_image:
+        log(f"pulling {tag}")
+        client.images.pull(tag)
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise RuntimeError(
+            "no base image registry configured and debootstrap is missing (apt-get install debootstrap)"
+        )
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            "debootstrap needs root; run `python -m sandboxes build` as root or set DFLASH_SANDBOX_BASE_IMAGE"
+        )
+    mirror = settings.mirror or host_mirror(settings.suite)
+    log(f"building {tag} with debootstrap from {mirror}")
+    with tempfile.TemporaryDirectory(prefix="dflash-rootfs-") as root:
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", settings.suite, root, mirror],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        tar = subprocess.Popen(["tar", "-C", root, "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
+        # The imported image has no ENV of its own: give it a PATH.
+        subprocess.run(
+            [
+                "docker",
+                "import",
+                "--change",
+                f"ENV {PATH_ENV}",
+                "--change",
+                "LABEL dflash.sandbox.image=base",
+                "-",
+                tag,
+            ],
+            stdin=tar.stdout,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        if tar.wait() != 0:
+            raise RuntimeError("tar of the debootstrap root failed")
+    return tag
+
+
+def build_agents(client: docker.DockerClient, settings: SandboxSettings, log: Log = print) -> str:
+    base = build_base(client, settings, log)
+    tag = agents_tag(settings)
+    if _exists(client, tag):
+        log(f"agents image {tag} is current")
+        return tag
+    log(f"building {tag} (first build takes about 5 minutes)")
+    with tempfile.TemporaryDirectory(prefix="dflash-agents-") as ctx:
+        context = Path(ctx)
+        shutil.copy(DOCKERFILE, context / "Dockerfile")
+        certs = context / "ca-certificates"
+        certs.mkdir()
+        for path in ca_files(settings.ca_dir):
+            dest = certs / path.relative_to(settings.ca_dir)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, dest)
+        # The SDK talks to the classic builder (no BuildKit needed).
+        stream = client.api.build(
+            path=str(context),
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            labels={"dflash.sandbox.image": "agents"},
+            buildargs={
+                "BASE": base,
+                "AGENT_SPECS": " ".join(agent_specs()),
+                "OPENCODE_PLUGIN_SPEC": opencode_plugin_spec(),
+            },
+        )
+        for chunk in stream:
+            if "error" in chunk:
+                raise RuntimeError(f"agents image build failed: {chunk['error']}")
+            line = str(chunk.get("stream", "")).rstrip()
+            if line.startswith("Step "):
+                log(line)
+    return tag

@@ -1,0 +1,41 @@
+"""Labels on every container and network a sandbox creates, and who owns them (for `gc`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+ROOT = "dflash.sandbox"
+RUN = f"{ROOT}.run"
+SESSION = f"{ROOT}.session"
+OWNER = f"{ROOT}.owner"
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        # Field 22 of /proc/PID/stat: start time in clock ticks since boot; tells a reused pid apart.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_token(pid: int | None = None) -> str:
+    pid = pid or os.getpid()
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+
+
+def owner_alive(token: str) -> bool:
+    host, _, rest = token.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname():
+        return True  # another machine's run: not ours to judge
+    try:
+        return _start_time(int(pid)) == start
+    except ValueError:
+        return False
+
+
+def labels(run_id: str, session_id: str) -> dict[str, str]:
+    return {ROOT: "1", RUN: run_id, SESSION: session_id, OWNER: owner_token()}

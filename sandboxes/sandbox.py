@@ -1,0 +1,259 @@
+"""One sandbox per session: a confined container holding the repository at its base commit.
+
+Use it only as a context manager; teardown (container, firewall rules, network, relay) always runs on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import urlsplit
+
+import docker
+from docker.models.containers import Container
+
+from sandboxes.config import SandboxSettings
+from sandboxes.labels import labels
+from sandboxes.network import ConfinedNetwork
+from sandboxes.relay import TcpRelay
+
+GIT_ID = ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost"]
+KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` and the OOM killer both leave
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    timed_out: bool = False
+    oom_killed: bool = False
+
+
+@dataclass
+class SandboxSpec:
+    run_id: str
+    session_id: str
+    repo: Path
+    commit: str
+    proxy_url: str
+    image: str
+    settings: SandboxSettings = field(default_factory=lambda: SandboxSettings())
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _memory_bytes(spec: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    spec = spec.strip().lower().rstrip("b")
+    return int(float(spec[:-1]) * units[spec[-1]]) if spec[-1] in units else int(spec)
+
+
+class Sandbox:
+    def __init__(self, spec: SandboxSpec, client: docker.DockerClient | None = None) -> None:
+        self.spec = spec
+        self.settings = spec.settings
+        self.client = client or docker.from_env()
+        key = _short(f"{spec.run_id}/{spec.session_id}/{time.time_ns()}")
+        self.name = f"dflash-sbx-{key}"
+        self.labels = labels(spec.run_id, spec.session_id)
+        self.net = ConfinedNetwork(self.client, self.name, f"dfs{key}", self.labels)
+        target = urlsplit(spec.proxy_url)
+        if target.scheme != "http" or not target.hostname:
+            raise ValueError(f"--proxy must be an http URL with a host, got {spec.proxy_url!r}")
+        self._proxy_path = target.path.rstrip("/")
+        self.relay = TcpRelay("0.0.0.0", target.hostname, target.port or 80)
+        self.container: Container | None = None
+        self.timings: dict[str, float] = {}
+        self.base_sha = ""
+        self.expired = False
+        self._oom_seen = 0
+        self._deadline = 0.0
+        self._watchdog: threading.Timer | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def __enter__(self) -> Sandbox:
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _timed(self, name: str, start: float) -> None:
+        self.timings[name] = round(time.monotonic() - start, 4)
+
+    def _setup(self) -> None:
+        t = time.monotonic()
+        gateway = self.net.create()
+        self.relay.listen_host = gateway
+        self.net.allow(self.relay.start())
+        self._timed("network", t)
+        t = time.monotonic()
+        s = self.settings
+        mem = _memory_bytes(s.memory)
+        self.container = self.client.containers.create(
+            self.spec.image,
+            command=["sleep", "infinity"],
+            name=self.name,
+            labels=self.labels,
+            init=True,
+            network=self.name,
+            hostname="sandbox",
+            working_dir="/work",
+            mem_limit=mem,
+            memswap_limit=mem,
+            nano_cpus=int(s.cpus * 1e9),
+            pids_limit=s.pids,
+            cap_drop=["NET_RAW", "NET_ADMIN", "SYS_ADMIN", "MKNOD"],
+            security_opt=["no-new-privileges"],
+            sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},
+            environment={"HOME": f"/home/{s.user}"},
+        )
+        self._timed("create", t)
+        t = time.monotonic()
+        self.container.start()
+        self._deadline = time.monotonic() + s.wall_time_s
+        self._watchdog = threading.Timer(s.wall_time_s, self._expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        self._timed("start", t)
+        t = time.monotonic()
+        self._copy_repo()
+        self._timed("copy_repo", t)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self.container is not None:
+            with contextlib.suppress(docker.errors.APIError):
+                self.container.kill()
+
+    def close(self) -> None:
+        t = time.monotonic()
+        errors: list[str] = []
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                errors.append(f"container: {exc}")
+            self.container = None
+        errors += self.net.remove()
+        self.relay.stop()
+        self._timed("teardown", t)
+        if errors:
+            raise RuntimeError(
+                "sandbox teardown incomplete (run `python -m sandboxes gc`): " + "; ".join(errors)
+            )
+
+    # -- inside ----------------------------------------------------------------------------------------
+    @property
+    def proxy_url(self) -> str:
+        """The proxy's URL as the sandbox sees it."""
+        return f"http://{self.net.gateway}:{self.relay.port}{self._proxy_path}"
+
+    def remaining(self) -> float:
+        return max(0.0, self._deadline - time.monotonic())
+
+    def exec(
+        self,
+        cmd: list[str],
+        *,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        workdir: str | None = None,
+    ) -> ExecResult:
+        """Run `cmd` inside; `timeout -s KILL` bounds it, since the Engine API's exec has no timeout."""
+        assert self.container is not None, "sandbox is not running"
+        limit = min(timeout or self.remaining(), self.remaining())
+        if limit <= 0:
+            return ExecResult(KILLED, b"", b"wall-time limit reached", 0.0, timed_out=True)
+        api = self.client.api
+        wrapped = ["timeout", "-s", "KILL", f"{limit:.0f}", "sh", "-c", 'exec "$@" </dev/null', "sh", *cmd]
+        t = time.monotonic()
+        exec_id = api.exec_create(
+            self.container.id,
+            wrapped,
+            user=user or self.settings.user,
+            environment=env or {},
+            workdir=workdir or self.settings.workdir,
+        )["Id"]
+        out, err = api.exec_start(exec_id, demux=True)
+        seconds = time.monotonic() - t
+        code = api.exec_inspect(exec_id).get("ExitCode")
+        code = KILLED if code is None else int(code)
+        oom = False
+        if code == KILLED and not self.expired:
+            kills = self._oom_kills()
+            oom, self._oom_seen = kills > self._oom_seen, kills
+        timed_out = self.expired or (code == KILLED and not oom and seconds >= limit - 1)
+        return ExecResult(code, out or b"", err or b"", seconds, timed_out=timed_out, oom_killed=oom)
+
+    def _oom_kills(self) -> int:
+        """The container cgroup's OOM-kill count (cgroup v1 memory.oom_control or v2 memory.events)."""
+        if self.container is None or self.expired:
+            return 0
+        script = (
+            "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
+            " | awk '$1==\"oom_kill\"{print $2}'"
+        )
+        try:
+            res = self.container.exec_run(["sh", "-c", script], user="root")
+        except docker.errors.APIError:
+            return 0
+        words = res.output.decode().split()
+        return int(words[0]) if words and words[0].isdigit() else 0
+
+    def _copy_repo(self) -> None:
+        """`git archive` of the base commit only: the sandbox must not hold the repository's future."""
+        archive = subprocess.run(
+            ["git", "-C", str(self.spec.repo), "archive", "--format=tar", "--prefix=repo/", self.spec.commit],
+            capture_output=True,
+            check=False,
+        )
+        if archive.returncode != 0:
+            raise ValueError(
+                f"git archive {self.spec.commit} in {self.spec.repo}: {archive.stderr.decode().strip()}"
+            )
+        assert self.container is not None
+        self.container.put_archive("/work", archive.stdout)
+        user, wd = self.settings.user, self.settings.workdir
+        res = self.exec(["chown", "-R", f"{user}:{user}", wd], user="root")
+        if res.exit_code != 0:
+            raise RuntimeError(f"chown failed: {res.stderr.decode()}")
+        script = (
+            f"git init -q && git add -A && git {' '.join(GIT_ID)} commit -q --allow-empty "
+            f"-m 'base {self.spec.commit}' && git config --global user.name sandbox "
+            "&& git config --global user.email sandbox@localhost && git rev-parse HEAD"
+        )
+        res = self.exec(["sh", "-c", script])
+        if res.exit_code != 0:
+            raise RuntimeError(f"git init in sandbox failed: {res.stderr.decode()}")
+        self.base_sha = res.stdout.decode().strip()
+
+    def patch(self) -> bytes:
+        """Everything the agent changed against the base commit, binary files included."""
+        res = self.exec(
+            ["sh", "-c", f"git add -A && git diff --cached --binary {self.base_sha}"], timeout=120
+        )
+        if res.exit_code != 0:
+            raise RuntimeError(f"collecting the patch failed: {res.stderr.decode()}")
+        return res.stdout

@@ -1,0 +1,152 @@
+"""Run one factory session: a sandbox, one agent CLI (or a debug command) inside it, and its result."""
+
+from __future__ import annotations
+
+import io
+import secrets
+import tarfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from sandboxes.agents import AgentContext, get_agent
+from sandboxes.agents.base import parse_jsonl
+from sandboxes.config import SandboxSettings
+from sandboxes.sandbox import ExecResult, Sandbox, SandboxSpec
+
+
+@dataclass
+class SessionResult:
+    run_id: str
+    session_id: str
+    agent: str
+    status: str  # "succeeded" or "failed"
+    reason: str | None
+    exit_code: int | None
+    agent_session_id: str | None
+    patch: str
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    stderr: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SessionRequest:
+    agent: str  # an adapter name, or "command" with `command` set
+    repo: Path
+    commit: str
+    task: str
+    proxy_url: str
+    image: str
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    run_id: str = field(default_factory=lambda: f"try-{uuid.uuid4().hex[:8]}")
+    model: str = "target"
+    command: str | None = None
+    time_limit_s: float | None = None
+    settings: SandboxSettings = field(default_factory=lambda: SandboxSettings())
+
+
+def _tar(files: dict[str, str], home: str, uid: int = 1000) -> bytes:
+    """Files for the agent user; their directories below its home are created owned by it too."""
+    buf = io.BytesIO()
+    dirs = sorted({str(p) for f in files for p in Path(f).parents if str(p).startswith(home + "/")})
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in dirs:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.type, info.mode, info.uid, info.gid, info.mtime = (
+                tarfile.DIRTYPE,
+                0o755,
+                uid,
+                uid,
+                int(time.time()),
+            )
+            tar.addfile(info)
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.uid, info.gid, info.mtime = (
+                len(data),
+                0o600,
+                uid,
+                uid,
+                int(time.time()),
+            )
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _reason(res: ExecResult, limit: float, memory: str) -> str | None:
+    if res.timed_out:
+        return f"timeout: exceeded the {limit:.0f} s time limit"
+    if res.oom_killed:
+        return f"oom: killed for exceeding the {memory} memory limit"
+    if res.exit_code != 0:
+        return f"exit code {res.exit_code}"
+    return None
+
+
+def run_session(req: SessionRequest, client: docker.DockerClient | None = None) -> SessionResult:
+    """Run the session to its end; the sandbox is torn down whatever happens."""
+    settings = req.settings
+    limit = min(req.time_limit_s or settings.wall_time_s, settings.wall_time_s)
+    if req.time_limit_s:
+        # The sandbox's own wall time covers setup and patch collection on top of the agent's limit.
+        settings = settings.model_copy(update={"wall_time_s": req.time_limit_s + 120})
+    spec = SandboxSpec(req.run_id, req.session_id, req.repo, req.commit, req.proxy_url, req.image, settings)
+    t0 = time.monotonic()
+    name = "command" if req.command else req.agent
+    with Sandbox(spec, client) as box:
+        home = f"/home/{settings.user}"
+        if req.command:
+            env, cmd, agent = (
+                {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url},
+                ["sh", "-c", req.command],
+                None,
+            )
+        else:
+            agent = get_agent(req.agent)
+            ctx = AgentContext(
+                base_url=f"{box.proxy_url}/s/{req.session_id}",
+                api_key=f"dflash-{req.session_id[:12]}-{secrets.token_hex(8)}",
+                model=req.model,
+                task=req.task,
+                home=home,
+                workdir=settings.workdir,
+            )
+            files = agent.files(ctx)
+            if files:
+                box.container.put_archive("/", _tar(files, home))  # type: ignore[union-attr]
+            env, cmd = agent.env(ctx), agent.command(ctx)
+        res = box.exec(cmd, env=env, timeout=limit)
+        box.timings["agent"] = round(res.seconds, 4)
+        reason = _reason(res, limit, settings.memory)
+        patch = b""
+        if not box.expired:
+            t = time.monotonic()
+            patch = box.patch()
+            box.timings["patch"] = round(time.monotonic() - t, 4)
+        stdout = res.stdout.decode(errors="replace")
+        events = parse_jsonl(stdout) if agent else [{"raw": line} for line in stdout.splitlines()]
+        result = SessionResult(
+            run_id=req.run_id,
+            session_id=req.session_id,
+            agent=name,
+            status="failed" if reason else "succeeded",
+            reason=reason,
+            exit_code=res.exit_code,
+            agent_session_id=agent.session_id(events) if agent else None,
+            # Binary changes are base85 in the patch; only non-UTF-8 text files can lose bytes here.
+            patch=patch.decode(errors="replace"),
+            transcript=events,
+            stderr=res.stderr.decode(errors="replace")[-20000:],
+            timings=box.timings,
+        )
+    result.timings["total"] = round(time.monotonic() - t0, 4)
+    return result
