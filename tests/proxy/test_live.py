@@ -1,0 +1,166 @@
+"""The proxy as a real process in front of the scripted upstream (a real server on loopback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.proxy.live import LiveProxy, proxy_server, scripted_upstream
+
+BASH = {"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}  # fmt: skip
+FN = {"type": "function", "function": {"name": "bash", "parameters": BASH["input_schema"]}}
+REQUESTS = {
+    "anthropic_messages": ("/v1/messages?beta=true", {"model": "m", "max_tokens": 64, "tools": [BASH], "messages": [{"role": "user", "content": "go"}]}),
+    "openai_responses": ("/v1/responses", {"model": "m", "input": "go", "tools": [{"type": "function", "name": "shell", "parameters": BASH["input_schema"]}]}),
+    "openai_chat": ("/v1/chat/completions", {"model": "m", "tools": [FN], "messages": [{"role": "user", "content": "go"}]}),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    with scripted_upstream() as url:
+        yield url
+
+
+@pytest.fixture
+def proxy(upstream, tmp_path):
+    with proxy_server(upstream, tmp_path / "data") as p:
+        yield p
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_api_is_relayed_and_recorded_with_tool_calls(proxy: LiveProxy, stream: bool):
+    for api, (path, body) in REQUESTS.items():
+        extra = {"stream_options": {"include_usage": True}} if stream and api == "openai_chat" else {}
+        r = httpx.post(
+            f"{proxy.url}/s/live-{api}{path}", json={**body, "stream": stream, **extra}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+    for api in REQUESTS:
+        (row,) = proxy.rows(session_id=f"live-{api}")
+        assert row["api"] == api and row["outcome"] == "ok" and row["stream"] is stream
+        assert row["prompt_tokens"] and row["completion_tokens"], row
+        response = json.loads(row["response_json"])
+        text = json.dumps(response)
+        assert "AGENT_PROOF.txt" in text  # the tool call's full arguments survived assembly
+        assert (row["stream_raw_zstd"] is not None) is stream
+    models = httpx.get(f"{proxy.url}/v1/models", timeout=10)
+    assert models.status_code == 200 and models.json()["data"]
+
+
+def test_upstream_token_ids_are_recorded_for_chat(proxy: LiveProxy):
+    path, body = REQUESTS["openai_chat"]
+    for stream in (False, True):
+        req = {**body, "stream": stream, "return_token_ids": True, "stream_options": {"include_usage": True}}
+        assert httpx.post(f"{proxy.url}/s/ids-{stream}{path}", json=req, timeout=30).status_code == 200
+    for stream in (False, True):
+        (row,) = proxy.rows(session_id=f"ids-{stream}")
+        assert row["prompt_token_ids"] and len(row["prompt_token_ids"]) == row["prompt_tokens"]
+        assert row["completion_token_ids"] and len(row["completion_token_ids"]) == row["completion_tokens"]
+        assert row["token_ids_source"] == "upstream"
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
+def test_compressed_responses_relay_and_record_decoded(proxy: LiveProxy, encoding: str):
+    path, body = REQUESTS["openai_chat"]
+    for stream in (False, True):
+        req = {**body, "model": f"compress-{encoding}", "stream": stream}
+        r = httpx.post(
+            f"{proxy.url}/s/enc-{encoding}-{stream}{path}",
+            json=req,
+            headers={"accept-encoding": encoding},
+            timeout=30,
+        )
+        assert r.status_code == 200 and r.headers.get("content-encoding") == encoding
+        (row,) = proxy.rows(session_id=f"enc-{encoding}-{stream}")
+        assert "AGENT_PROOF.txt" in row["response_json"] and row["response_content_encoding"] == encoding
+
+
+def test_client_disconnect_and_upstream_drop_are_recorded(proxy: LiveProxy):
+    path, body = REQUESTS["anthropic_messages"]
+    with httpx.stream(
+        "POST",
+        f"{proxy.url}/s/gone{path}",
+        json={**body, "model": "bench-200000", "stream": True},
+        timeout=30,
+    ) as r:
+        next(r.iter_bytes())  # read a little, then hang up
+    dropped = httpx.post(
+        f"{proxy.url}/s/drop{path}", json={**body, "model": "drop-after-3", "stream": True}, timeout=30
+    )
+    assert b"event: error" in dropped.content
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not proxy.rows(session_id="gone"):
+        time.sleep(0.2)
+    assert proxy.rows(session_id="gone")[0]["outcome"] == "client_disconnected"
+    assert proxy.rows(session_id="drop")[0]["outcome"] == "upstream_error"
+    assert httpx.get(f"{proxy.url}/healthz").status_code == 200
+
+
+def test_malformed_battery_leaves_the_proxy_serving(proxy: LiveProxy):
+    bad = [
+        b"",
+        b"null",
+        b"{",
+        b'"str"',
+        b"[]",
+        b"{}",
+        json.dumps({"model": 1, "messages": [], "max_tokens": 1}).encode(),
+        b"\x00" * 100,
+    ]
+    for path in (
+        "/v1/messages",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/completions",
+        "/v1/messages/count_tokens",
+    ):
+        for body in bad:
+            r = httpx.post(proxy.url + path, content=body, timeout=10)
+            assert 400 <= r.status_code < 500, (path, body, r.status_code)
+    big = httpx.post(proxy.url + "/v1/chat/completions", content=b"x" * (33 * 1024 * 1024), timeout=60)
+    assert big.status_code == 413
+    assert httpx.get(proxy.url + "/healthz").status_code == 200
+    assert len(proxy.rows(outcome="rejected")) == 5 * len(bad) + 1
+
+
+def test_kill_9_under_load_loses_no_completed_call(upstream, tmp_path):
+    path, body = REQUESTS["openai_chat"]
+    completed: list[str] = []
+    stop = threading.Event()
+
+    def client(worker: int) -> None:
+        with httpx.Client(timeout=10) as c:
+            for i in range(10_000):
+                if stop.is_set():
+                    return
+                sid = f"load-{worker}-{i}"
+                try:
+                    r = c.post(
+                        f"{proxy.url}/s/{sid}{path}", json={**body, "model": "bench-40", "stream": i % 2 == 0}
+                    )
+                    r.read()
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 200:
+                    completed.append(sid)
+
+    with proxy_server(upstream, tmp_path / "data") as proxy:
+        threads = [threading.Thread(target=client, args=(w,)) for w in range(8)]
+        for t in threads:
+            t.start()
+        while len(completed) < 150:
+            time.sleep(0.05)
+        os.kill(proxy.proc.pid, signal.SIGKILL)
+        stop.set()
+        for t in threads:
+            t.join()
+    recorded = {r["session_id"] for r in proxy.rows()}
+    missing = set(completed) - recorded
+    assert len(completed) >= 150 and not missing, f"{len(missing)} completed calls missing"
