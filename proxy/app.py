@@ -16,6 +16,7 @@ from proxy.exchange import ExchangeFactory, passthrough
 from proxy.metrics import ProxyMetrics
 from proxy.relay import Relay
 from proxy.sink import CallSink, SpoolSink
+from proxy.upstream import UpstreamClients
 
 
 def spool_sink(settings: ProxySettings) -> SpoolSink:
@@ -44,9 +45,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if isinstance(the_sink, SpoolSink):
             the_sink.start()
-        timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512)
-        async with httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits) as client:
+        async with UpstreamClients(settings, transport) as client:
             app.state.relay = Relay(
                 settings, client, the_sink, metrics, exchange or _default_exchange(settings)
             )

@@ -23,6 +23,7 @@ from proxy.metrics import ProxyMetrics
 from proxy.record import Call
 from proxy.routes import Match, family_for_path, match
 from proxy.sink import CallSink, durable
+from proxy.upstream import UpstreamClients
 from proxy.validate import Rejected, parse_json_body, read_body
 
 HOP_BY_HOP = {
@@ -36,7 +37,7 @@ class Relay:
     def __init__(
         self,
         settings: ProxySettings,
-        client: httpx.AsyncClient,
+        client: UpstreamClients,
         sink: CallSink,
         metrics: ProxyMetrics,
         exchange: ExchangeFactory = passthrough,
@@ -124,14 +125,15 @@ class Relay:
     async def _forward(self, request: Request, call: Call, family: str, exchange: Exchange) -> Response:
         query = request.url.query
         url = self.settings.upstream + exchange.upstream_path + (f"?{query}" if query else "")
-        up_req = self.client.build_request(
+        client = self.client.pick()
+        up_req = client.build_request(
             request.method,
             url,
             headers=self._upstream_headers(request, call, exchange),
             content=exchange.upstream_body if request.method == "POST" else None,
         )
         try:
-            resp = await self.client.send(up_req, stream=True)
+            resp = await client.send(up_req, stream=True)
         except httpx.TimeoutException as exc:
             return await self._upstream_failed(call, family, 504, "timeout", f"upstream timed out: {exc!r}")
         except httpx.HTTPError as exc:
