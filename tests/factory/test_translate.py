@@ -1,0 +1,153 @@
+"""Translation: protected spans survive byte for byte, bad answers are retried then rejected with
+a reason, results are cached in the database, and calls carry the translation tag."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from factory.db import Issue, Repo, Translation, connect, session_factory
+from factory.translate import Checks, Rejected, Translator, mask, translate_missing, unmask, validate
+
+BODY = """When I call `client.fetch()` on Windows the request hangs.
+
+Steps:
+1. Install with `pip install foo==1.2`
+2. Run the script in src/foo/cli.py with --verbose
+3. See https://example.com/docs/setup.html for details.
+
+```python
+from foo import Client
+Client().fetch()  # hangs forever
+```
+
+The `retry_count` option and parse_config() are ignored. Expected: it returns within 5 seconds.
+"""
+
+
+def fake_korean(masked: str) -> str:
+    """A 'model' that turns every English word into Korean and keeps placeholders."""
+    return re.sub(r"[A-Za-z]+", "번역", masked)
+
+
+class FakeModel:
+    def __init__(self, *answers):
+        self.answers = list(answers)  # callables masked -> answer, used in order (last repeats)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "fake-model"}]})
+        body = json.loads(request.content)
+        fn = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        content = fn(body["messages"][-1]["content"])
+        return httpx.Response(200, json={"choices": [{"message": {"role": "assistant", "content": content}}]})
+
+
+def translator(model: FakeModel, **kw) -> Translator:
+    return Translator("http://proxy/s/translate/v1", transport=httpx.MockTransport(model), **kw)
+
+
+def test_mask_protects_code_urls_paths_identifiers_and_roundtrips():
+    masked, spans = mask(BODY)
+    assert "```python\nfrom foo import Client\nClient().fetch()  # hangs forever\n```" in spans
+    for protected in ("`client.fetch()`", "https://example.com/docs/setup.html", "src/foo/cli.py", "--verbose",
+                      "`retry_count`", "parse_config()"):
+        assert protected in spans, protected
+        assert protected not in masked
+    assert unmask(masked, spans) == BODY
+
+
+def test_good_translation_keeps_code_byte_identical_and_is_tagged():
+    model = FakeModel(fake_korean)
+    res = translator(model).translate_issue("Fetch hangs on Windows", BODY)
+    assert res.ok, res.reason
+    assert "```python\nfrom foo import Client\nClient().fetch()  # hangs forever\n```" in res.body
+    assert "`client.fetch()`" in res.body and "https://example.com/docs/setup.html" in res.body
+    assert "번역" in res.title
+    chats = [r for r in model.requests if r.url.path.endswith("/chat/completions")]
+    assert chats and all(r.headers["X-Dflash-Tag"] == "translation" for r in chats)
+    assert json.loads(chats[0].content)["model"] == "fake-model"
+
+
+def test_retry_with_reason_then_success():
+    drop_one = lambda m: fake_korean(m).replace("⟦0⟧", "", 1)  # noqa: E731
+    model = FakeModel(drop_one, fake_korean)
+    text, attempts = translator(model).translate_text(BODY)
+    assert attempts == 2
+    second = json.loads([r for r in model.requests if r.url.path.endswith("/chat/completions")][1].content)
+    assert any("rejected" in m["content"] and "⟦0⟧" in m["content"] for m in second["messages"])
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (lambda m: m, "Hangul share"),  # left in English
+        (lambda m: fake_korean(m).replace("⟦0⟧", ""), "placeholder(s) lost"),
+        (lambda m: fake_korean(m) + " ⟦99⟧", "invented"),
+        (lambda m: fake_korean(m) + "가" * 5000, "length ratio"),
+        (lambda m: "", "empty translation"),
+    ],
+)
+def test_bad_answers_are_rejected_with_reason(answer, reason):
+    model = FakeModel(answer)
+    res = translator(model, max_attempts=2).translate_issue("Fetch hangs", BODY)
+    assert not res.ok and reason in res.reason
+
+
+def test_validate_catches_changed_code_even_without_placeholders():
+    ko = fake_korean(mask(BODY)[0])
+    good = unmask(ko, mask(BODY)[1])
+    validate(BODY, good)
+    with pytest.raises(Rejected, match="code blocks"):
+        validate(BODY, good.replace("hangs forever", "멈춤"))
+    with pytest.raises(Rejected, match="inline code"):
+        validate(BODY, good.replace("`retry_count`", "`재시도`"))
+    with pytest.raises(Rejected, match="URLs"):
+        validate(BODY, good.replace("https://example.com/docs/setup.html", "https://example.org"))
+    with pytest.raises(Rejected, match="Hangul"):
+        validate(BODY, BODY, Checks(min_hangul=0.3))
+
+
+def test_all_code_text_needs_no_model():
+    model = FakeModel(lambda m: pytest.fail("model must not be called"))
+    assert translator(model).translate_text("`foo()`") == ("`foo()`", 0)
+
+
+def test_translate_missing_caches_ok_and_rejected(sqlite_url):
+    sessions = session_factory(connect(sqlite_url))
+    with sessions.begin() as s:
+        r = Repo(name="o/r", language="Python", license="MIT", clone_url="x")
+        s.add(r)
+        s.flush()
+        s.add_all(
+            Issue(repo_id=r.id, number=n, title=f"Issue {n} fails", body=BODY, created_at="t", updated_at="t")
+            for n in (1, 2)
+        )
+    model = FakeModel(fake_korean)
+    assert translate_missing(sessions, translator(model)) == {"ok": 2, "rejected": 0}
+    calls = len(model.requests)
+    assert translate_missing(sessions, translator(model)) == {"ok": 0, "rejected": 0}  # cached
+    assert len(model.requests) == calls
+    with sessions() as s:
+        rows = s.scalars(select(Translation)).all()
+        assert {t.status for t in rows} == {"ok"} and all(t.model == "fake-model" for t in rows)
+
+    with sessions.begin() as s:
+        s.add(Issue(repo_id=1, number=3, title="Broken thing", body=BODY, created_at="t", updated_at="t"))
+    bad = FakeModel(lambda m: m)
+    assert translate_missing(sessions, translator(bad, max_attempts=2)) == {"ok": 0, "rejected": 1}
+    with sessions() as s:
+        t = s.scalar(select(Translation).where(Translation.status == "rejected"))
+        assert t is not None and "Hangul share" in t.reason
+    # a rejection is cached too, until asked to retry
+    assert translate_missing(sessions, translator(bad)) == {"ok": 0, "rejected": 0}
+    assert translate_missing(sessions, translator(FakeModel(fake_korean)), retry_rejected=True) == {
+        "ok": 1,
+        "rejected": 0,
+    }
