@@ -26,10 +26,14 @@ def _dead(obj_labels: dict[str, str], run_id: str | None, everything: bool) -> b
 def collect(client: docker.DockerClient, *, run_id: str | None = None, everything: bool = False) -> GcReport:
     """Remove what dead owners left; `everything` also removes what live runs hold (e.g. before CI)."""
     report = GcReport()
-    for c in client.containers.list(all=True, filters={"label": L.ROOT}):
-        if _dead(c.labels, run_id, everything):
-            c.remove(force=True)
-            report.containers.append(c.name)
+    # The low-level list needs no inspect per container, which races with containers being created or removed.
+    for c in client.api.containers(all=True, filters={"label": L.ROOT}):
+        if _dead(c.get("Labels") or {}, run_id, everything):
+            try:
+                client.api.remove_container(c["Id"], force=True)
+            except docker.errors.NotFound:
+                continue
+            report.containers.append(c["Names"][0].lstrip("/"))
     for n in client.networks.list(filters={"label": L.ROOT}):
         if _dead(n.attrs.get("Labels") or {}, run_id, everything):
             try:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import subprocess
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -23,7 +25,7 @@ from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
 from sandboxes.relay import TcpRelay
 
-GIT_ID = ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost"]
+GIT_ID = ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost", "-c", "safe.directory=*"]
 KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` and the OOM killer both leave
 
 
@@ -50,6 +52,15 @@ class SandboxSpec:
 
 def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _tar_file(name: str, data: bytes, uid: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.uid, info.gid, info.mtime = len(data), 0o644, uid, uid, int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def _memory_bytes(spec: str) -> int:
@@ -224,8 +235,17 @@ class Sandbox:
 
     def _copy_repo(self) -> None:
         """`git archive` of the base commit only: the sandbox must not hold the repository's future."""
+        wd = PurePosixPath(self.settings.workdir)
         archive = subprocess.run(
-            ["git", "-C", str(self.spec.repo), "archive", "--format=tar", "--prefix=repo/", self.spec.commit],
+            [
+                "git",
+                "-C",
+                str(self.spec.repo),
+                "archive",
+                "--format=tar",
+                f"--prefix={wd.name}/",
+                self.spec.commit,
+            ],
             capture_output=True,
             check=False,
         )
@@ -234,17 +254,19 @@ class Sandbox:
                 f"git archive {self.spec.commit} in {self.spec.repo}: {archive.stderr.decode().strip()}"
             )
         assert self.container is not None
-        self.container.put_archive("/work", archive.stdout)
-        user, wd = self.settings.user, self.settings.workdir
-        res = self.exec(["chown", "-R", f"{user}:{user}", wd], user="root")
-        if res.exit_code != 0:
-            raise RuntimeError(f"chown failed: {res.stderr.decode()}")
+        self.container.put_archive(str(wd.parent), archive.stdout)
+        user = self.settings.user
+        gitconfig = "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n"
+        self.container.put_archive(f"/home/{user}", _tar_file(".gitconfig", gitconfig.encode(), uid=1000))
+        # One exec as root: DNS pointed at nothing (lookups fail at once instead of timing out on the
+        # unreachable embedded resolver), a fresh history of one commit, the tree handed to the agent user.
+        g = "git " + " ".join(GIT_ID)
         script = (
-            f"git init -q && git add -A && git {' '.join(GIT_ID)} commit -q --allow-empty "
-            f"-m 'base {self.spec.commit}' && git config --global user.name sandbox "
-            "&& git config --global user.email sandbox@localhost && git rev-parse HEAD"
+            "echo 'nameserver 127.0.0.1' > /etc/resolv.conf && "
+            f'git init -q && {g} add -A && {g} commit -q --allow-empty -m "base $BASE_REV" '
+            f"&& chown -R {user}:{user} . && {g} rev-parse HEAD"
         )
-        res = self.exec(["sh", "-c", script])
+        res = self.exec(["sh", "-c", script], user="root", env={"BASE_REV": self.spec.commit})
         if res.exit_code != 0:
             raise RuntimeError(f"git init in sandbox failed: {res.stderr.decode()}")
         self.base_sha = res.stdout.decode().strip()

@@ -51,17 +51,34 @@ def proxy_server(upstream_url: str, tmp_path_factory: pytest.TempPathFactory) ->
     port = free_port()
     data = tmp_path_factory.mktemp("proxy-data")
     url = f"http://127.0.0.1:{port}"
-    args = ["-m", "proxy", "serve", "--upstream", upstream_url, "--host", "127.0.0.1", "--port", str(port),
-            "--data-dir", str(data)]
+    args = [
+        "-m",
+        "proxy",
+        "serve",
+        "--upstream",
+        upstream_url,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data),
+    ]
     with background(args, f"{url}/healthz"):
         yield url, data
 
 
 def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -95,7 +112,9 @@ def leftovers(client, run_id: str) -> dict[str, list[str]]:  # type: ignore[no-u
     flt = {"label": f"{labels.RUN}={run_id}"}
     networks = [n.name for n in client.networks.list(filters=flt)]
     return {
-        "containers": [c.name for c in client.containers.list(all=True, filters=flt)],
+        "containers": [c["Names"][0].lstrip("/") for c in client.api.containers(all=True, filters=flt)],
         "networks": networks,
-        "rules": [spec for _, name, spec in tagged_rules() if name.startswith("dflash-sbx-") and name in networks],
+        "rules": [
+            spec for _, name, spec in tagged_rules() if name.startswith("dflash-sbx-") and name in networks
+        ],
     }

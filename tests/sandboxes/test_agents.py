@@ -1,0 +1,126 @@
+"""Each real agent CLI in a real confined container, through the real proxy, against the scripted upstream.
+
+The upstream is scripted because the real target (a GPU vLLM) cannot run here: it answers with one shell
+tool call creating AGENT_PROOF.txt, then text.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from sandboxes.agents import AGENTS
+from sandboxes.session import SessionRequest, SessionResult, run_session
+from tests.fakes.scripted_policy import PROOF_FILE, PROOF_TEXT
+from tests.sandboxes.conftest import leftovers
+from tests.support import REPO_ROOT, background, free_port
+
+pytestmark = [pytest.mark.docker, pytest.mark.cli, pytest.mark.slow]
+TASKS = {
+    "en": f"Create the file {PROOF_FILE} using the shell tool, then say done.",
+    "ko": f"셸 도구로 {PROOF_FILE} 파일을 만든 다음 완료라고 말하세요.",
+}
+
+
+@pytest.fixture
+def proxy(upstream_url: str, tmp_path: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """A proxy of this test's own, so that stopping it releases its spool segment for the roll."""
+    port, data = free_port(), tmp_path / "proxy-data"
+    url = f"http://127.0.0.1:{port}"
+    args = ["-m", "proxy", "serve", "--upstream", upstream_url, "--port", str(port), "--data-dir", str(data)]
+    with background(args, f"{url}/healthz") as proc:
+        yield url, data, proc
+
+
+def recorded(data: Path, session_id: str) -> list[dict[str, object]]:
+    """Calls the proxy recorded under `session_id`, read from its Parquet parts after a roll."""
+    subprocess.run(
+        [sys.executable, "-m", "proxy", "roll", "--data-dir", str(data)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    table = ds.dataset(data / "calls", format="parquet").to_table(
+        columns=["session_id", "agent_session_id", "path", "status_code"]
+    )
+    return [row for row in table.to_pylist() if row["session_id"] == session_id]
+
+
+def check_result(result: SessionResult) -> None:
+    assert result.status == "succeeded", (result.reason, result.stderr[-2000:])
+    assert result.exit_code == 0
+    assert f"+++ b/{PROOF_FILE}" in result.patch and PROOF_TEXT in result.patch, result.patch
+    assert result.agent_session_id, "the agent's own session id is read from its transcript"
+    assert result.transcript and all(isinstance(e, dict) for e in result.transcript)
+    for step in ("network", "create", "start", "copy_repo", "agent", "patch", "teardown", "total"):
+        assert result.timings[step] >= 0, step
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_agent_in_a_sandbox_through_the_proxy(  # type: ignore[no-untyped-def]
+    agent: str, docker_client, agents_image, proxy, repo, run_id
+) -> None:
+    (url, data, proc), (path, base) = proxy, repo
+    session = f"sess-{agent}-{run_id}"
+    language = "ko" if agent == "opencode" else "en"
+    req = SessionRequest(
+        agent=agent,
+        repo=path,
+        commit=base,
+        task=TASKS[language],
+        proxy_url=url,
+        image=agents_image,
+        session_id=session,
+        run_id=run_id,
+        model="scripted",
+        time_limit_s=240,
+    )
+    result = run_session(req, docker_client)
+    check_result(result)
+    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
+    proc.terminate()  # closes its spool segment; `background` sees it gone
+    proc.wait(timeout=20)
+    calls = recorded(data, session)
+    assert len(calls) >= 2, "at least the tool-call turn and the turn after the tool result"
+    assert all(c["status_code"] == 200 for c in calls), calls
+    assert result.agent_session_id in {c["agent_session_id"] for c in calls}, (result.agent_session_id, calls)
+
+
+def test_try_cli_prints_the_result_as_json(agents_image, proxy, repo, run_id) -> None:  # type: ignore[no-untyped-def]
+    (url, _, _), (path, base) = proxy, repo
+    cmd = [
+        sys.executable,
+        "-m",
+        "sandboxes",
+        "try",
+        "--agent",
+        "codex",
+        "--repo",
+        str(path),
+        "--commit",
+        base,
+        "--task",
+        TASKS["en"],
+        "--proxy",
+        url,
+        "--session",
+        f"cli-{run_id}",
+        "--run",
+        run_id,
+        "--model",
+        "scripted",
+        "--image",
+        agents_image,
+        "--compact",
+    ]
+    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    assert result["session_id"] == f"cli-{run_id}" and result["agent"] == "codex"
+    assert result["status"] == "succeeded" and PROOF_FILE in result["patch"]

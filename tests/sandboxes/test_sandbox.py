@@ -1,0 +1,172 @@
+"""The sandbox's lifecycle: no future history, limits that end runs as failures, teardown and gc."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sandboxes import labels
+from sandboxes.config import SandboxSettings
+from sandboxes.gc import collect
+from sandboxes.sandbox import Sandbox, SandboxSpec
+from sandboxes.session import SessionRequest, run_session
+from tests.sandboxes.conftest import FUTURE_FILE, leftovers
+from tests.support import REPO_ROOT
+
+pytestmark = pytest.mark.docker
+NOTHING = {"containers": [], "networks": [], "rules": []}
+
+
+def _request(repo, proxy_url: str, image: str, run_id: str, command: str, **kw) -> SessionRequest:  # type: ignore[no-untyped-def]
+    path, base = repo
+    return SessionRequest(
+        agent="command",
+        repo=path,
+        commit=base,
+        task="",
+        proxy_url=proxy_url,
+        image=image,
+        run_id=run_id,
+        command=command,
+        **kw,
+    )
+
+
+def test_no_history_after_the_base_commit(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
+    path, base = repo
+    spec = SandboxSpec(run_id, "hist-1", path, base, proxy_server[0], agents_image, SandboxSettings())
+    with Sandbox(spec, docker_client) as box:
+        log = box.exec(["git", "log", "--all", "--format=%s"]).stdout.decode().split("\n")
+        assert [line for line in log if line] == [f"base {base}"], (
+            "one commit, the base, and nothing after it"
+        )
+        assert box.exec(["test", "-e", FUTURE_FILE]).exit_code != 0, "the future's file is not in the tree"
+        objects = box.exec(["sh", "-c", "git rev-list --all --objects | wc -l"]).stdout.decode().strip()
+        tree = box.exec(["sh", "-c", "git ls-files | wc -l"]).stdout.decode().strip()
+        assert box.exec(["cat", "src/app.py"]).stdout == b"print('hi')\n"
+        assert int(objects) == int(tree) + 3, "objects: the files, their two trees and the one commit"
+        assert box.exec(["sh", "-c", "test -w . && test -O .git"]).exit_code == 0, (
+            "the agent user owns the tree"
+        )
+        assert box.patch() == b"", "an untouched checkout has an empty patch"
+        box.exec(
+            ["sh", "-c", "echo new > added.txt && printf '\\000\\001' > blob.bin && echo x >> README.md"]
+        )
+        patch = box.patch().decode()
+        assert "added.txt" in patch and "GIT binary patch" in patch and "README.md" in patch
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_time_limit_overrun_fails_with_its_reason_and_leaves_nothing(  # type: ignore[no-untyped-def]
+    docker_client, agents_image, proxy_server, repo, run_id
+) -> None:
+    req = _request(repo, proxy_server[0], agents_image, run_id, "echo started; sleep 60", time_limit_s=3)
+    started = time.monotonic()
+    result = run_session(req, docker_client)
+    assert time.monotonic() - started < 20
+    assert result.status == "failed"
+    assert result.reason and result.reason.startswith("timeout"), result.reason
+    assert result.transcript == [{"raw": "started"}]
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_out_of_memory_fails_with_its_reason_and_leaves_nothing(  # type: ignore[no-untyped-def]
+    docker_client, agents_image, proxy_server, repo, run_id
+) -> None:
+    settings = SandboxSettings(memory="128m")
+    hog = "python3 -c \"b = b'x' * (512 << 20); print(len(b))\""
+    req = _request(repo, proxy_server[0], agents_image, run_id, hog, time_limit_s=60, settings=settings)
+    result = run_session(req, docker_client)
+    assert result.status == "failed"
+    assert result.reason and result.reason.startswith("oom"), (result.reason, result.stderr)
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_setup_failure_tears_down(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
+    path, _ = repo
+    spec = SandboxSpec(run_id, "bad-1", path, "no-such-rev", proxy_server[0], agents_image, SandboxSettings())
+    with pytest.raises(ValueError, match="no-such-rev"), Sandbox(spec, docker_client):
+        pass
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_wall_time_watchdog_kills_the_whole_sandbox(
+    docker_client, agents_image, proxy_server, repo, run_id
+) -> None:  # type: ignore[no-untyped-def]
+    path, base = repo
+    spec = SandboxSpec(
+        run_id, "wall-1", path, base, proxy_server[0], agents_image, SandboxSettings(wall_time_s=4)
+    )
+    with Sandbox(spec, docker_client) as box:
+        time.sleep(4.5)
+        assert box.expired
+        res = box.exec(["true"])
+        assert res.timed_out and res.exit_code != 0
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
+    path, base = repo
+    cmd = [
+        sys.executable,
+        "-m",
+        "sandboxes",
+        "try",
+        "--repo",
+        str(path),
+        "--commit",
+        base,
+        "--proxy",
+        proxy_server[0],
+        "--image",
+        agents_image,
+        "--run",
+        run_id,
+        "--command",
+        "sleep 300",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        running = {"label": f"{labels.RUN}={run_id}", "status": "running"}
+        while time.monotonic() < deadline and not docker_client.api.containers(filters=running):
+            time.sleep(0.2)
+        time.sleep(1.0)  # let it reach the agent step
+        assert docker_client.api.containers(filters=running), proc.stderr.read1().decode()  # type: ignore[union-attr]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    left = leftovers(docker_client, run_id)
+    assert left["containers"] and left["networks"] and left["rules"], "a killed run leaves its sandbox behind"
+    # gc leaves a live run alone...
+    assert collect(docker_client, run_id="someone-else").containers == []
+    out = subprocess.run(
+        [sys.executable, "-m", "sandboxes", "gc", "--run", run_id],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    report = json.loads(out)
+    assert report["containers"] == left["containers"] and report["networks"] == left["networks"]
+    assert report["rules"] >= len(left["rules"])
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_gc_spares_a_live_owner(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
+    path, base = repo
+    spec = SandboxSpec(run_id, "live-1", path, base, proxy_server[0], agents_image, SandboxSettings())
+    with Sandbox(spec, docker_client) as box:
+        report = collect(docker_client, run_id=run_id)
+        assert report.containers == [] and report.networks == []
+        assert box.container is not None
+        box.container.reload()
+        assert box.container.status == "running"
+        assert box.container.labels[labels.SESSION] == "live-1"
+    assert leftovers(docker_client, run_id) == NOTHING
