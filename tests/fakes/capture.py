@@ -52,7 +52,7 @@ def redact(headers: list[tuple[str, str]]) -> list[list[str]]:
     return out
 
 
-def request_record(scope: Scope, raw: bytes) -> dict[str, Any]:
+def request_record(scope: Scope, raw: bytes, received_at: float | None = None) -> dict[str, Any]:
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
     encoding = next((v for k, v in headers if k.lower() == "content-encoding"), None)
     record: dict[str, Any] = {
@@ -63,7 +63,7 @@ def request_record(scope: Scope, raw: bytes) -> dict[str, Any]:
         "content_encoding": encoding,
         "body_compressed": bool(encoding and encoding.lower() != "identity"),
         "body_bytes_on_wire": len(raw),
-        "received_at": time.time(),
+        "received_at": received_at if received_at is not None else time.time(),
     }
     try:
         text = decode_body(raw, encoding).decode("utf-8")
@@ -79,7 +79,7 @@ class Recorder:
 
     def __init__(self, record_dir: Path | None = None, keep: int = 500) -> None:
         self.record_dir = record_dir
-        self._items: deque[tuple[Scope, bytes]] = deque(maxlen=keep)
+        self._items: deque[tuple[Scope, bytes, float]] = deque(maxlen=keep)
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         if record_dir is not None:
@@ -87,18 +87,19 @@ class Recorder:
 
     def add(self, scope: Scope, raw: bytes) -> None:
         slim = {k: scope.get(k) for k in ("method", "path", "query_string", "headers")}
+        now = time.time()
         with self._lock:
-            self._items.append((slim, raw))
+            self._items.append((slim, raw, now))
             number = next(self._counter)
         if self.record_dir is not None:
-            record = request_record(slim, raw)
+            record = request_record(slim, raw, now)
             name = f"{number:04d}-{record['path'].strip('/').replace('/', '_')}.json"
             (self.record_dir / name).write_text(json.dumps(record, indent=1, ensure_ascii=False))
 
     def records(self) -> list[dict[str, Any]]:
         with self._lock:
             items = list(self._items)
-        return [request_record(scope, raw) for scope, raw in items]
+        return [request_record(scope, raw, at) for scope, raw, at in items]
 
     def clear(self) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ it sends that many chunks and returns without finishing, and uvicorn then closes
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -86,12 +87,27 @@ class ChunkedResponse(Response):
             self.raw_headers.append((b"content-length", str(length).encode()))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # uvicorn ignores writes after a client disconnect; watch for it so a long stream stops early.
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await self._send_all(send, gone)
+        finally:
+            watcher.cancel()
+
+    async def _send_all(self, send: Send, gone: asyncio.Event) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         compressor: Any = COMPRESSORS[self.how.compress]() if self.how.compress else None
         limit = self.how.drop_after
         for sent, chunk in enumerate(self.chunks):
-            if limit is not None and sent >= limit:
-                return  # drop: leave the body unfinished; the server closes the connection
+            if gone.is_set() or (limit is not None and sent >= limit):
+                return  # client gone, or drop: leave the body unfinished; the server closes the connection
             if limit is not None and self.media_type == "application/json" and compressor is None:
                 # a non-streamed body is one chunk: cut it in half
                 await send(
@@ -100,5 +116,7 @@ class ChunkedResponse(Response):
                 return
             data = compressor.chunk(chunk) if compressor else chunk
             await send({"type": "http.response.body", "body": data, "more_body": True})
+            if sent % 16 == 15:
+                await asyncio.sleep(0)  # let other streams and the disconnect watcher run
         tail = compressor.finish() if compressor else b""
         await send({"type": "http.response.body", "body": tail, "more_body": False})

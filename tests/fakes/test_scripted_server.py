@@ -1,0 +1,79 @@
+"""The scripted upstream as a real process on loopback: the CLI entry, and faults only a socket shows."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.fakes.sse import parse_sse
+from tests.support import background, free_port
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+@contextlib.contextmanager
+def upstream(apis: str = "all") -> Iterator[str]:
+    port = free_port()
+    args = ["-m", "tests.fakes.scripted_upstream", "--port", str(port), "--apis", apis]
+    with background(args, f"http://127.0.0.1:{port}/health"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with upstream() as u:
+        yield u
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", CHAT),
+        ("/v1/messages", {**CHAT, "max_tokens": 5}),
+        ("/v1/responses", {"input": "hi", "stream": True}),
+    ],
+)
+def test_drop_after_n_cuts_the_stream_mid_body(url, path, body):
+    received = b""
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream("POST", url + path, json={**body, "model": "drop-after-3"}, timeout=10) as r,
+    ):
+        assert r.status_code == 200
+        for chunk in r.iter_raw():
+            received += chunk
+    events = parse_sse(received.decode())
+    assert len(events) == 3 and "[DONE]" not in received.decode()
+
+
+def test_drop_after_cuts_a_non_streamed_body(url):
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(url + "/v1/chat/completions", json={**CHAT, "stream": False, "model": "drop-after-1"})
+
+
+def test_slow_first_byte_over_a_socket(url):
+    started = time.monotonic()
+    with httpx.stream("POST", url + "/v1/chat/completions", json={**CHAT, "model": "slow-250"}) as r:
+        next(r.iter_raw())
+        first_byte = time.monotonic() - started
+    assert first_byte >= 0.25
+
+
+def test_bench_stream_is_fast(url):
+    started = time.monotonic()
+    r = httpx.post(url + "/v1/chat/completions", json={**CHAT, "model": "bench-20000"}, timeout=30)
+    elapsed = time.monotonic() - started
+    assert r.text.count('"content":"tok "') == 20000
+    assert elapsed < 10, f"20k chunks took {elapsed:.1f}s"
+
+
+def test_chat_only_process_serves_chat_and_refuses_the_rest():
+    with upstream("chat") as u:
+        assert httpx.post(u + "/v1/chat/completions", json={**CHAT, "model": "m"}).status_code == 200
+        for path in ("/v1/messages", "/v1/responses", "/v1/completions"):
+            assert httpx.post(u + path, json={"model": "m"}).status_code == 404
+        assert httpx.get(u + "/v1/models").json()["data"][0]["id"] == "scripted"
