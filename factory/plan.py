@@ -1,0 +1,119 @@
+"""Planning: sessions = issue × language × agent.
+
+Every issue gets English sessions; Korean ones exist only where a translation was accepted, so the
+languages come out (close to) 50/50. Weights below 1 keep that fraction of the combinations, chosen
+by a seeded hash, so a plan is deterministic under its seed and re-planning only adds what is new.
+The claim order (`priority`) is a seeded shuffle of issues in which each issue's combinations sit
+next to each other in a rotated order: the first few sessions of any plan already cover every agent
+and both languages."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+from factory.db import Issue, Repo, Session, Translation
+
+AGENTS = ("claude-code", "codex", "opencode")
+LANGS = ("en", "ko")
+_SLOTS = 16  # combinations per issue the priority can interleave (agents × langs ≤ 16)
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    agents: dict[str, float] = field(default_factory=lambda: dict.fromkeys(AGENTS, 1.0))
+    langs: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LANGS, 1.0))
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.agents) - set(AGENTS)
+        if unknown:
+            raise ValueError(f"unknown agent(s) {sorted(unknown)}; choose from {', '.join(AGENTS)}")
+        if set(self.langs) - set(LANGS):
+            raise ValueError(f"unknown language(s) {sorted(set(self.langs) - set(LANGS))}; choose from en, ko")
+        if any(not 0 <= w <= 1 for w in (*self.agents.values(), *self.langs.values())):
+            raise ValueError("weights are fractions in [0, 1]")
+        if len(self.agents) * len(self.langs) > _SLOTS:
+            raise ValueError("too many combinations")
+
+
+def parse_mix(text: str, allowed: tuple[str, ...]) -> dict[str, float]:
+    """``"claude-code,codex"`` or ``"claude-code=1,opencode=0.5"`` → weights."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, w = part.partition("=")
+        if name not in allowed:
+            raise ValueError(f"unknown {name!r}; choose from {', '.join(allowed)}")
+        out[name] = float(w) if w else 1.0
+    if not out:
+        raise ValueError("empty selection")
+    return out
+
+
+def session_id(repo: str, number: int, lang: str, agent: str) -> str:
+    return hashlib.sha256(f"{repo.lower()}#{number}:{lang}:{agent}".encode()).hexdigest()[:24]
+
+
+def _unit(seed: int, *parts: object) -> float:
+    h = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+def _issue_rank(seed: int, key: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{key}".encode()).digest()[:6], "big")  # 48 bits
+
+
+@dataclass
+class PlanSummary:
+    added: int = 0
+    total: int = 0
+    by_cell: Counter[tuple[str, str]] = field(default_factory=Counter)  # (lang, agent) -> sessions
+    issues: int = 0
+    translated: int = 0
+
+
+def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool = False) -> PlanSummary:
+    agents = [a for a in AGENTS if cfg.agents.get(a, 0) > 0]
+    langs = [lang for lang in LANGS if cfg.langs.get(lang, 0) > 0]
+    combos = [(lang, a) for lang in langs for a in agents]
+    summary = PlanSummary()
+    with sessions.begin() as s:
+        ko_ok = set(s.scalars(select(Translation.issue_id).where(Translation.status == "ok", Translation.lang == "ko")))
+        existing = set(s.scalars(select(Session.id)))
+        rows = s.execute(select(Issue.id, Issue.number, Repo.name).join(Repo).order_by(Issue.id)).all()
+        summary.issues, summary.translated = len(rows), len(ko_ok)
+        new: list[Session] = []
+        for issue_id, number, repo in rows:
+            key = f"{repo.lower()}#{number}"
+            rank = _issue_rank(cfg.seed, key)
+            offset = rank % max(1, len(combos))
+            for i, (lang, agent) in enumerate(combos):
+                if lang == "ko" and issue_id not in ko_ok:
+                    continue
+                if _unit(cfg.seed, key, lang, agent) >= cfg.langs[lang] * cfg.agents[agent]:
+                    continue
+                sid = session_id(repo, number, lang, agent)
+                if sid in existing:
+                    continue
+                slot = (i - offset) % len(combos)
+                new.append(
+                    Session(id=sid, issue_id=issue_id, lang=lang, agent=agent, priority=rank * _SLOTS + slot)
+                )
+                existing.add(sid)
+        summary.added = len(new)
+        if dry_run:
+            for n in new:
+                summary.by_cell[(n.lang, n.agent)] += 1
+            summary.total = len(existing)
+            return summary
+        s.add_all(new)
+        s.flush()
+        for lang, agent, n in s.execute(select(Session.lang, Session.agent, func.count()).group_by(Session.lang, Session.agent)):
+            summary.by_cell[(lang, agent)] = n
+        summary.total = sum(summary.by_cell.values())
+    return summary

@@ -1,0 +1,81 @@
+"""The runner's live display: done, failed, running, sessions/hour, ETA, calls logged."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from collections.abc import Iterator
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from factory import queue
+from factory.runner import Runner, eta, proxy_records_written
+
+
+class Progress:
+    def __init__(self, console: Console | None = None, proxy_url: str | None = None, every_s: float = 2.0):
+        self.console = console or Console(stderr=True)
+        self.proxy_url = proxy_url
+        self.every_s = every_s
+        self._last = 0.0
+        self._live: Live | None = None
+        self._calls0: int | None = None
+        self.snapshot: dict[str, object] = {}
+
+    def table(self, runner: Runner) -> Table:
+        c = queue.counts(runner.sessions)
+        st = runner.stats
+        calls = proxy_records_written(self.proxy_url) if self.proxy_url else None
+        if calls is not None and self._calls0 is None:
+            self._calls0 = calls
+        rate = st.rate_per_hour()
+        pending = c.get("pending", 0)
+        if runner.cfg.limit is not None:
+            pending = min(pending, max(0, runner.cfg.limit - st.claimed))
+        left = eta(pending + len(st.in_flight), rate)
+        self.snapshot = {
+            "done": c.get("done", 0),
+            "failed": c.get("failed", 0),
+            "running": c.get("running", 0),
+            "pending": c.get("pending", 0),
+            "rate": rate,
+            "calls": calls,
+        }
+        t = Table(title="dflash factory · sessions", show_header=True, header_style="bold")
+        for col in ("done", "failed", "running", "pending", "this run", "agent failed", "retries",
+                    "sessions/h", "ETA", "calls logged"):
+            t.add_column(col, justify="right")
+        t.add_row(
+            str(c.get("done", 0)),
+            str(c.get("failed", 0)),
+            f"{c.get('running', 0)} ({len(st.in_flight)} here)",
+            str(c.get("pending", 0)),
+            str(st.done),
+            str(st.agent_failed),
+            str(st.infra_retries),
+            f"{rate:.1f}",
+            str(left) if left is not None else "–",
+            "–" if calls is None else f"{calls} (+{calls - (self._calls0 or 0)})",
+        )
+        return t
+
+    def tick(self, runner: Runner) -> None:
+        now = time.monotonic()
+        if self._live is None or now - self._last < self.every_s:
+            return
+        self._last = now
+        self._live.update(self.table(runner))
+
+    @contextmanager
+    def live(self) -> Iterator[Progress]:
+        with Live(console=self.console, refresh_per_second=2, transient=False) as live:
+            self._live = live
+            try:
+                yield self
+            finally:
+                self._live = None
+
+    def final(self, runner: Runner) -> None:
+        self.console.print(self.table(runner))

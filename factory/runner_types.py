@@ -1,0 +1,43 @@
+"""What the runner hands a session runner and gets back: the `SessionRunner` protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class InfraError(RuntimeError):
+    """The session could not run for a reason outside the agent (Docker, git, network): retried."""
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    session_id: str  # the factory's session id
+    proxy_session_id: str  # /s/{this} on the proxy: unique per attempt
+    attempt: int
+    agent: str  # claude-code | codex | opencode
+    lang: str
+    repo_name: str
+    repo_path: Path  # a local git repository holding base_commit
+    base_commit: str
+    task: str
+    proxy_url: str  # the proxy as the host sees it
+
+
+@dataclass
+class SessionOutcome:
+    """An agent ran to its end (whatever its exit status)."""
+
+    exit_status: int | None
+    patch: str
+    transcript: list[dict[str, Any]]
+    agent_session_id: str | None
+    error: str | None = None  # the agent's failure (timeout, OOM, exit code), not an infra failure
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class SessionRunner(Protocol):
+    def run(self, spec: SessionSpec) -> SessionOutcome:
+        """Run one session; raise InfraError (or anything else) when the infrastructure failed."""
+        ...

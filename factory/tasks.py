@@ -1,0 +1,38 @@
+"""The task text an agent receives: the issue (in the session's language) wrapped in a short brief."""
+
+from __future__ import annotations
+
+from factory.queue import Claimed
+
+_EN = """You are working in a checkout of the repository {repo} ({language}) at the commit where the
+GitHub issue below was filed. Resolve the issue by changing the code in this repository: find the
+cause, make the fix, and add or update tests where it makes sense. Do not ask questions; work on your own.
+{setup}
+Issue #{number}: {title}
+
+{body}
+"""
+
+_KO = """지금 작업 중인 디렉터리는 {repo} 저장소({language})를 아래 GitHub 이슈가 등록된 시점의 커밋으로
+체크아웃한 것입니다. 이 저장소의 코드를 수정해서 이슈를 해결하세요. 원인을 찾아 고치고, 필요하면 테스트를
+추가하거나 수정하세요. 질문하지 말고 스스로 판단해서 진행하세요.
+{setup}
+이슈 #{number}: {title}
+
+{body}
+"""
+
+_SETUP = {"en": "Setup hint: {hint}\n", "ko": "설치/테스트 방법: {hint}\n"}
+
+
+def build_task(c: Claimed) -> str:
+    template = _KO if c.lang == "ko" else _EN
+    setup = _SETUP.get(c.lang, _SETUP["en"]).format(hint=c.setup_hint) if c.setup_hint else ""
+    return template.format(
+        repo=c.repo_name,
+        language=c.repo_language,
+        setup=setup,
+        number=c.issue_number,
+        title=c.title.strip(),
+        body=c.body.strip(),
+    )
