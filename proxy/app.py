@@ -12,9 +12,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from proxy.config import ProxySettings
-from proxy.exchange import ExchangeFactory, passthrough
+from proxy.exchange import ExchangeFactory
 from proxy.metrics import ProxyMetrics
 from proxy.relay import Relay
+from proxy.roller import Prepare
 from proxy.sink import CallSink, SpoolSink
 from proxy.upstream import UpstreamClients
 
@@ -27,7 +28,15 @@ def spool_sink(settings: ProxySettings) -> SpoolSink:
         max_records=settings.segment_max_records,
         max_bytes=settings.segment_max_bytes,
         max_age_s=settings.segment_max_age_s,
+        prepare=_tokenize_filler(settings) if settings.tokenize_native else None,
     )
+
+
+def _tokenize_filler(settings: ProxySettings) -> Prepare:
+    from proxy.tokenize import TokenizeFiller
+
+    key = settings.upstream_key.get_secret_value() if settings.upstream_key else None
+    return TokenizeFiller(settings.upstream, key)
 
 
 def create_app(
@@ -74,4 +83,6 @@ def create_app(
 
 
 def _default_exchange(settings: ProxySettings) -> ExchangeFactory:
-    return passthrough
+    from proxy.chatmode import exchange_factory
+
+    return exchange_factory(settings)

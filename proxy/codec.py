@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from typing import Any
 
 import brotli
 import zstandard
@@ -38,3 +39,25 @@ def _decode_one(data: bytes, enc: str) -> bytes:
     if enc == "identity":
         return data
     raise ValueError(f"unsupported encoding {enc!r}")
+
+
+class StreamDecoder:
+    """Incremental Content-Encoding decoder, for exchanges that must read a compressed stream."""
+
+    def __init__(self, encoding: str) -> None:
+        enc = encoding.strip().lower()
+        self._d: Any
+        if enc in ("gzip", "x-gzip"):
+            self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif enc == "deflate":
+            self._d = zlib.decompressobj()
+        elif enc == "br":
+            self._d = brotli.Decompressor()
+        elif enc == "zstd":
+            self._d = zstandard.ZstdDecompressor().decompressobj()
+        else:
+            raise ValueError(f"unsupported encoding {encoding!r}")
+        self._brotli = enc == "br"
+
+    def feed(self, data: bytes) -> bytes:
+        return bytes(self._d.process(data) if self._brotli else self._d.decompress(data))

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from proxy.assemble import assemble
+from proxy.assemble import Assembled, assemble, summarize
 from proxy.codec import decode_body
 from proxy.record import Call
 
@@ -69,14 +69,14 @@ def to_row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
     raw = b"".join(call.response_chunks)
     decoded, decode_error = decode_body(raw, call.response_encoding)
     is_stream = "text/event-stream" in (call.response_content_type or "")
-    result = assemble(call.api, decoded, is_stream)
-    prompt_ids = result.prompt_token_ids or call.extra.get("prompt_token_ids")
-    source = call.extra.get("token_ids_source")
-    if result.prompt_token_ids is not None:
-        source = "upstream"
+    result = _assembled(call, decoded, is_stream)
     body = result.body
-    if body is not None and call.extra.get("strip_token_ids"):
-        body = {k: v for k, v in body.items() if k != "prompt_token_ids"}
+    prompt_ids = result.prompt_token_ids
+    source = "upstream" if prompt_ids is not None else None
+    if prompt_ids is None and call.extra.get("prompt_token_ids") is not None:
+        prompt_ids, source = call.extra["prompt_token_ids"], call.extra.get("token_ids_source")
+    if body is not None:
+        body = _without_ids(body)  # the ids have their own columns; keep response_json what the client saw
     return {
         "call_id": call.call_id,
         "session_id": call.session_id,
@@ -134,3 +134,43 @@ def write_part(calls: list[Call], calls_dir: Path, name: str) -> Path:
     finally:
         os.close(dfd)
     return final
+
+
+def _assembled(call: Call, decoded: bytes, is_stream: bool) -> Assembled:
+    """Usage and ids from what the upstream sent; the body in the client's API shape."""
+    if call.translated and call.api == "anthropic_count_tokens":
+        return _count_tokens_from_tokenize(decoded)
+    if not call.translated or call.api not in ("anthropic_messages", "openai_responses"):
+        return assemble(call.api, decoded, is_stream)
+    from proxy.chatmode import client_view  # translation is only loaded when a row needs it
+
+    chat = assemble("openai_chat", decoded, is_stream)
+    if chat.body is None or "choices" not in chat.body:
+        return chat
+    client = summarize(call.api, client_view(call.api, chat.body, call.request_body))
+    chat.body, chat.finish_reason = client.body, client.finish_reason
+    return chat
+
+
+def _without_ids(body: dict[str, Any]) -> dict[str, Any]:
+    if "prompt_token_ids" not in body and not any(
+        isinstance(c, dict) and "token_ids" in c for c in body.get("choices") or []
+    ):
+        return body
+    out = {k: v for k, v in body.items() if k != "prompt_token_ids"}
+    out["choices"] = [
+        {k: v for k, v in c.items() if k != "token_ids"} if isinstance(c, dict) else c
+        for c in body.get("choices") or []
+    ]
+    return out
+
+
+def _count_tokens_from_tokenize(decoded: bytes) -> Assembled:
+    try:
+        reply = json.loads(decoded)
+    except ValueError:
+        return Assembled(errors=["tokenize reply is not JSON"])
+    tokens = reply.get("tokens") if isinstance(reply, dict) else None
+    if not isinstance(tokens, list):
+        return Assembled(body=reply if isinstance(reply, dict) else None)
+    return Assembled(body={"input_tokens": len(tokens)}, prompt_tokens=len(tokens), prompt_token_ids=tokens)

@@ -17,6 +17,7 @@ from starlette.responses import Response, StreamingResponse
 
 from proxy import errors
 from proxy.attribution import agent_from_user_agent, agent_session_id
+from proxy.codec import StreamDecoder, decode_body
 from proxy.config import ProxySettings
 from proxy.exchange import Exchange, ExchangeFactory, passthrough
 from proxy.metrics import ProxyMetrics
@@ -167,7 +168,10 @@ class Relay:
             )
         await resp.aclose()
         call.finish()
-        body = exchange.body(b"".join(call.response_chunks))
+        data = b"".join(call.response_chunks)
+        if exchange.rewrites and call.response_encoding:  # asked for identity, got encoded anyway
+            data = decode_body(data, call.response_encoding)[0]
+        body = exchange.body(data)
         await self._record(call, wait=True)
         self.metrics.response_bytes.inc(len(body))
         return Response(body, resp.status_code, headers)
@@ -175,10 +179,13 @@ class Relay:
     async def _stream(self, call: Call, resp: httpx.Response, exchange: Exchange) -> AsyncIterator[bytes]:
         sent = 0
         wait = True
+        decoder = (
+            StreamDecoder(call.response_encoding) if exchange.rewrites and call.response_encoding else None
+        )
         try:
             async for chunk in resp.aiter_raw():
                 call.response_chunks.append(chunk)
-                out = exchange.chunk(chunk)
+                out = exchange.chunk(decoder.feed(chunk) if decoder else chunk)
                 if out:
                     sent += len(out)
                     yield out

@@ -9,10 +9,11 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from proxy.parquet import write_part
-from proxy.record import decode_stream
+from proxy.record import Call, decode_stream
 from proxy.spool import SEGMENT_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,10 @@ def part_name(segment: Path) -> str:
     return f"part-{segment.name.removesuffix(SEGMENT_SUFFIX)}.parquet"
 
 
-def roll_segment(segment: Path, calls_dir: Path) -> int | None:
+Prepare = Callable[[list[Call]], None]
+
+
+def roll_segment(segment: Path, calls_dir: Path, prepare: Prepare | None = None) -> int | None:
     """Roll one segment. Returns the number of calls written, or None if it is live or already gone."""
     try:
         fd = os.open(segment, os.O_RDONLY)
@@ -46,6 +50,8 @@ def roll_segment(segment: Path, calls_dir: Path) -> int | None:
             log.warning("%s: ignoring %d torn trailing bytes", segment.name, len(data) - used)
         final = calls_dir / part_name(segment)
         if calls and not final.exists():
+            if prepare is not None:
+                prepare(calls)
             write_part(calls, calls_dir, final.name)
         os.unlink(segment)
         return len(calls)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from proxy.record import Call
-from proxy.roller import roll_all, roll_segment
+from proxy.roller import Prepare, roll_all, roll_segment
 from proxy.spool import SpoolWriter
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,9 @@ class SpoolSink:
         max_records: int,
         max_bytes: int,
         max_age_s: float,
+        prepare: Prepare | None = None,
     ) -> None:
+        self._prepare = prepare
         self._spool_dir, self._calls_dir = spool_dir, calls_dir
         self._closed: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -110,7 +112,7 @@ class SpoolSink:
     def _roll_loop(self) -> None:
         while (segment := self._closed.get()) is not None:
             try:
-                n = roll_segment(segment, self._calls_dir)
+                n = roll_segment(segment, self._calls_dir, self._prepare)
             except Exception:  # keep the segment; `proxy roll` or the next start retries it
                 log.exception("rolling %s failed", segment)
                 continue

@@ -164,3 +164,14 @@ def test_kill_9_under_load_loses_no_completed_call(upstream, tmp_path):
     recorded = {r["session_id"] for r in proxy.rows()}
     missing = set(completed) - recorded
     assert len(completed) >= 150 and not missing, f"{len(missing)} completed calls missing"
+
+
+def test_tokenize_native_fills_prompt_ids_when_the_record_rolls(upstream, tmp_path):
+    with proxy_server(upstream, tmp_path / "data", "--tokenize-native") as proxy:
+        for api in ("anthropic_messages", "openai_responses"):
+            path, body = REQUESTS[api]
+            assert httpx.post(f"{proxy.url}/s/tok-{api}{path}", json=body, timeout=30).status_code == 200
+        rows = {r["api"]: r for r in proxy.rows()}
+    for api in ("anthropic_messages", "openai_responses"):
+        assert rows[api]["token_ids_source"] == "tokenize" and rows[api]["prompt_token_ids"], api
+        assert not rows[api]["translated"]

@@ -1,0 +1,177 @@
+"""Exchanges that change bytes: vLLM token ids on Chat Completions, and translation to a Chat upstream.
+
+Each is one small class; `exchange_factory(settings)` picks one per call. Translation state (the
+stream translators) lives in `proxy.translate`; these classes only wire it to the relay.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from proxy.config import ProxySettings
+from proxy.exchange import Exchange, ExchangeFactory, Passthrough
+from proxy.record import Call
+from proxy.tokenize import TOKENIZE_FLAG
+from proxy.translate import (
+    AnthropicStreamTranslator,
+    ResponsesStreamTranslator,
+    SSETokenIdStripper,
+    Translated,
+    anthropic_to_chat_request,
+    chat_to_anthropic_message,
+    chat_to_responses_response,
+    count_tokens_to_tokenize_request,
+    responses_to_chat_request,
+    strip_token_ids_bytes,
+    tokenize_to_count_tokens,
+)
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class ChatTokenIds:
+    """Native Chat Completions with `return_token_ids` added; the ids are cut from what the client sees."""
+
+    rewrites = True
+
+    def __init__(self, upstream_path: str, body: dict[str, Any]) -> None:
+        self.upstream_path = upstream_path
+        self.upstream_body = json.dumps({**body, "return_token_ids": True}, ensure_ascii=False).encode()
+        self._stripper = SSETokenIdStripper()
+
+    def chunk(self, data: bytes) -> bytes:
+        return self._stripper.feed(data)
+
+    def end(self) -> bytes:
+        return self._stripper.flush()
+
+    def body(self, data: bytes) -> bytes:
+        return strip_token_ids_bytes(data)
+
+
+class _Translating:
+    """Common shape of the two translating exchanges: a chat request up, the client's API back."""
+
+    rewrites = True
+    upstream_path = CHAT_PATH
+
+    def __init__(self, call: Call, translated: Translated, request: dict[str, Any]) -> None:
+        self.request = request
+        self.upstream_body = json.dumps(translated.request, ensure_ascii=False).encode()
+        call.translated = True
+        call.dropped_fields = [f"{n.path}: {n.action} ({n.detail})" for n in translated.dropped]
+
+    def end(self) -> bytes:
+        return self._stream.end_bytes()
+
+    def chunk(self, data: bytes) -> bytes:
+        return self._stream.feed_bytes(data)
+
+    def body(self, data: bytes) -> bytes:
+        try:
+            chat = json.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(chat, dict) or "choices" not in chat:
+            return self._error(chat)
+        return json.dumps(self._from_chat(chat), ensure_ascii=False).encode()
+
+    _stream: AnthropicStreamTranslator | ResponsesStreamTranslator
+
+    def _from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _error(self, chat: Any) -> bytes:
+        raise NotImplementedError
+
+
+def _error_message(chat: Any) -> str:
+    err = chat.get("error") if isinstance(chat, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err or (chat.get("message") if isinstance(chat, dict) else chat) or "upstream error")
+
+
+class MessagesViaChat(_Translating):
+    def __init__(self, call: Call, body: dict[str, Any], return_token_ids: bool) -> None:
+        super().__init__(call, anthropic_to_chat_request(body, return_token_ids=return_token_ids), body)
+        self._stream = AnthropicStreamTranslator(body)
+
+    def _from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        return chat_to_anthropic_message(chat, self.request)
+
+    def _error(self, chat: Any) -> bytes:
+        err = {"type": "error", "error": {"type": "api_error", "message": _error_message(chat)}}
+        return json.dumps(err).encode()
+
+
+class ResponsesViaChat(_Translating):
+    def __init__(self, call: Call, body: dict[str, Any], return_token_ids: bool) -> None:
+        super().__init__(call, responses_to_chat_request(body, return_token_ids=return_token_ids), body)
+        self._stream = ResponsesStreamTranslator(body)
+
+    def _from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        return chat_to_responses_response(chat, self.request)
+
+    def _error(self, chat: Any) -> bytes:
+        return json.dumps({"error": {"message": _error_message(chat), "type": "upstream_error"}}).encode()
+
+
+class CountTokensViaTokenize(_Translating):
+    """`count_tokens` answered from the upstream's `/tokenize` (vLLM, the CPU stand-in)."""
+
+    upstream_path = "/tokenize"
+
+    def __init__(self, call: Call, body: dict[str, Any]) -> None:
+        super().__init__(call, count_tokens_to_tokenize_request(body), body)
+        call.translated = True
+
+    def chunk(self, data: bytes) -> bytes:
+        return data
+
+    def end(self) -> bytes:
+        return b""
+
+    def body(self, data: bytes) -> bytes:
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            return data
+        if isinstance(reply, dict) and ("count" in reply or "tokens" in reply):
+            return json.dumps(tokenize_to_count_tokens(reply)).encode()
+        return MessagesViaChat._error(self, reply)  # type: ignore[arg-type]
+
+
+def exchange_factory(settings: ProxySettings) -> ExchangeFactory:
+    chat_mode = settings.upstream_api == "chat"
+    ids = settings.return_token_ids
+    tokenize = settings.tokenize_native
+
+    def choose(call: Call, upstream_path: str, raw_body: bytes, body: dict[str, Any] | None) -> Exchange:
+        if body is None:
+            return Passthrough(upstream_path, raw_body)
+        if call.api == "openai_chat" and ids and "return_token_ids" not in body:
+            return ChatTokenIds(upstream_path, body)
+        if chat_mode and call.api == "anthropic_messages":
+            return MessagesViaChat(call, body, ids)
+        if chat_mode and call.api == "openai_responses":
+            return ResponsesViaChat(call, body, ids)
+        if chat_mode and call.api == "anthropic_count_tokens":
+            return CountTokensViaTokenize(call, body)
+        if tokenize and call.api in ("anthropic_messages", "openai_responses"):
+            call.extra[TOKENIZE_FLAG] = True  # filled when the record rolls, off the relay's path
+        return Passthrough(upstream_path, raw_body)
+
+    return choose
+
+
+def client_view(api: str, chat: dict[str, Any], request_body: bytes) -> dict[str, Any]:
+    """The client's API shape of an assembled chat response (used when recording translated calls)."""
+    try:
+        request = json.loads(request_body) if request_body else {}
+    except ValueError:
+        request = {}
+    if api == "anthropic_messages":
+        return chat_to_anthropic_message(chat, request)
+    return chat_to_responses_response(chat, request)
