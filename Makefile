@@ -45,3 +45,12 @@ test: install agents lint typecheck
 
 proxy: install
 	$(BIN)/python -m proxy serve --upstream "$(TARGET_URL)" --host $(PROXY_HOST) --port $(PROXY_PORT) --data-dir $(DATA_DIR)
+
+# A Docker engine for the sandboxes: installs docker.io and starts dockerd on a Debian host where we are
+# root; anywhere else it prints what to do. Then the base + agents images (cached by a hash of their inputs).
+.PHONY: docker sandbox-images
+docker:
+	bash sandboxes/images/ensure_engine.sh
+
+sandbox-images: install docker
+	$(BIN)/python -m sandboxes build

@@ -28,6 +28,8 @@ fi
 
 if ! pgrep -x dockerd >/dev/null 2>&1; then
   mkdir -p /var/log
+  # A dockerd that was killed leaves its pid file, and a new one refuses to start while it is there.
+  rm -f /var/run/docker.pid
   # No systemd in containers/CI machines: start the daemon directly and leave it running.
   nohup dockerd >/var/log/dockerd.log 2>&1 &
 fi

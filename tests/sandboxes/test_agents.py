@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from sandboxes.agents import AGENTS
+from sandboxes.config import SandboxSettings
 from sandboxes.session import SessionRequest, SessionResult, run_session
 from tests.fakes.scripted_policy import PROOF_FILE, PROOF_TEXT
 from tests.sandboxes.conftest import leftovers
@@ -124,3 +125,46 @@ def test_try_cli_prints_the_result_as_json(agents_image, proxy, repo, run_id) ->
     result = json.loads(out.stdout)
     assert result["session_id"] == f"cli-{run_id}" and result["agent"] == "codex"
     assert result["status"] == "succeeded" and PROOF_FILE in result["patch"]
+
+
+def test_agent_overrunning_its_time_limit_fails_with_the_reason(  # type: ignore[no-untyped-def]
+    docker_client, agents_image, proxy_server, repo, run_id
+) -> None:
+    """The scripted model `slow-60000` waits a minute per chunk; the agent may run 10 s."""
+    (url, _), (path, base) = proxy_server, repo
+    req = SessionRequest(
+        agent="codex",
+        repo=path,
+        commit=base,
+        task=TASKS["en"],
+        proxy_url=url,
+        image=agents_image,
+        run_id=run_id,
+        model="slow-60000",
+        time_limit_s=10,
+    )
+    result = run_session(req, docker_client)
+    assert result.status == "failed" and result.reason and result.reason.startswith("timeout"), result.reason
+    assert 9 <= result.timings["agent"] < 20
+    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
+
+
+def test_agent_out_of_memory_fails_with_the_reason(  # type: ignore[no-untyped-def]
+    docker_client, agents_image, proxy_server, repo, run_id
+) -> None:
+    (url, _), (path, base) = proxy_server, repo
+    req = SessionRequest(
+        agent="claude-code",
+        repo=path,
+        commit=base,
+        task=TASKS["en"],
+        proxy_url=url,
+        image=agents_image,
+        run_id=run_id,
+        model="scripted",
+        time_limit_s=120,
+        settings=SandboxSettings(memory="64m"),
+    )
+    result = run_session(req, docker_client)
+    assert result.status == "failed" and result.reason and result.reason.startswith("oom"), result.reason
+    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
