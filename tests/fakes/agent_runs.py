@@ -152,8 +152,12 @@ def run_agent(
     model: str = "scripted",
     timeout: float = 120.0,
     provider: str | None = None,
+    env_overrides: dict[str, str | None] | None = None,
 ) -> AgentRun:
-    """Run one CLI headless in ``root/work`` with home ``root/home``; stdin closed (codex waits otherwise)."""
+    """Run one CLI headless in ``root/work`` with home ``root/home``; stdin closed (codex waits otherwise).
+
+    ``env_overrides`` sets variables, or removes those given as None (e.g. to capture default traffic).
+    """
     home, workdir = root / "home", root / "work"
     home.mkdir(parents=True, exist_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -169,6 +173,11 @@ def run_agent(
         )
     else:
         cmd, env = builders[agent](binary, base_url.rstrip("/"), home, model)
+    for key, value in (env_overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     started = time.monotonic()
     proc = subprocess.run(
         cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout

@@ -22,9 +22,15 @@ from tests.fakes import agent_runs
 from tests.fakes.scripted_upstream import SPECS
 from tests.support import REPO_ROOT, background, free_port
 
-# fixture directory -> (agent CLI, upstream --apis, run_agent options)
-CAPTURES: dict[str, tuple[str, str, dict[str, str]]] = {
+# fixture directory -> (agent CLI, upstream --apis, run_agent keyword options)
+CAPTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "claude-code": ("claude-code", "all", {}),
+    # without CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC Claude Code first probes `HEAD /api/hello`
+    "claude-code-default-traffic": (
+        "claude-code",
+        "all",
+        {"env_overrides": {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": None}},
+    ),
     "codex": ("codex", "all", {}),
     "opencode": ("opencode", "chat", {}),
     "opencode-anthropic": ("opencode", "all", {"provider": "anthropic"}),
@@ -33,7 +39,9 @@ API_BY_PATH = {"/v1/messages": "messages", "/v1/responses": "responses", "/v1/ch
 
 
 def classify(record: dict[str, Any]) -> str | None:
-    """Name a recorded request: first_request, tool_result_request, side_request, or None (other)."""
+    """Name a recorded request: first_request, tool_result_request, side_request, probe_request or None."""
+    if record["method"] in ("HEAD", "GET") and record["path"] not in ("/health", "/v1/models"):
+        return "probe_request"
     api = API_BY_PATH.get(record["path"])
     body = record.get("body")
     if api is None or not isinstance(body, dict):
@@ -51,7 +59,7 @@ def capture(name: str, binaries: dict[str, Path], out: Path) -> dict[str, Any]:
         args = ["-m", "tests.fakes.scripted_upstream", "--port", str(port), "--apis", apis]
         with background([*args, "--record-dir", str(record_dir)], f"http://127.0.0.1:{port}/health"):
             url = f"http://127.0.0.1:{port}"
-            run = agent_runs.run_agent(agent, binaries[agent], url, root, provider=options.get("provider"))
+            run = agent_runs.run_agent(agent, binaries[agent], url, root, **options)
         if run.returncode != 0 or not run.proof.exists():
             raise RuntimeError(f"{name}: CLI failed (rc={run.returncode}):\n{run.stderr[-2000:]}")
         target = out / name
@@ -65,6 +73,7 @@ def capture(name: str, binaries: dict[str, Path], out: Path) -> dict[str, Any]:
                 continue
             package, version, _ = AGENT_PACKAGES[agent]
             record = {"agent": agent, "cli": f"{package}@{version}", "options": options, **record}
+            record["received_at"] = None  # keeps re-captures diff-friendly
             (target / f"{kind}.json").write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
             kept[kind] = record
         (target / "transcript.jsonl").write_text(run.stdout)

@@ -64,6 +64,26 @@ def test_opencode_title_side_call_has_no_tools_and_same_session(name: str):
     assert header(side, "x-session-id") == header(first, "x-session-id")
 
 
+# where each CLI's JSON transcript names its session id
+TRANSCRIPT_SESSION_KEY = {"claude-code": "session_id", "codex": "thread_id", "opencode": "sessionID"}
+
+
+@pytest.mark.parametrize("name", sorted(FACTS))
+def test_transcript_session_id_is_the_header_session_id(name: str):
+    first = load(name, "first_request")
+    key = TRANSCRIPT_SESSION_KEY[first["agent"]]
+    lines = (FIXTURES / name / "transcript.jsonl").read_text().splitlines()
+    ids = {event[key] for event in map(json.loads, filter(None, lines)) if key in event}
+    assert ids == {header(first, FACTS[name][1][0])}
+
+
+def test_claude_default_traffic_probes_api_hello_without_credentials():
+    probe = load("claude-code-default-traffic", "probe_request")
+    assert (probe["method"], probe["path"]) == ("HEAD", "/api/hello")
+    assert header(probe, "user-agent").startswith("Bun/")
+    assert not header(probe, "x-api-key") and not header(probe, "authorization")
+
+
 def test_claude_session_id_also_in_metadata():
     first = load("claude-code", "first_request")
     user_id = json.loads(first["body"]["metadata"]["user_id"])
