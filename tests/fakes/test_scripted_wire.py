@@ -198,9 +198,11 @@ async def test_responses_tool_output_and_local_shell(client):
 async def test_legacy_completions(client):
     body = {"model": "m", "prompt": "abc", "return_token_ids": True}
     full = (await client.post("/v1/completions", json=body)).json()
-    assert full["object"] == "text_completion" and full["prompt_token_ids"] == encode("abc")
+    assert full["object"] == "text_completion" and full["choices"][0]["prompt_token_ids"] == encode("abc")
     events = parse_sse((await client.post("/v1/completions", json={**body, "stream": True})).text)
-    assert events[-1][1] == "[DONE]"
+    assert events[-1][1] == "[DONE]" and events[0][1]["choices"][0]["prompt_token_ids"] == encode("abc")
+    ids = [t for _, d in events[:-1] for t in d["choices"][0].get("token_ids") or []]
+    assert ids == full["choices"][0]["token_ids"]
     assert "".join(d["choices"][0]["text"] for _, d in events[:-1]) == full["choices"][0]["text"]
 
 

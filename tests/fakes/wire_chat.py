@@ -1,7 +1,8 @@
 """OpenAI Chat Completions and legacy Completions wire formats, with vLLM's ``return_token_ids``.
 
-With ``return_token_ids: true`` vLLM adds top-level ``prompt_token_ids`` (first chunk when streaming) and a
-per-choice ``token_ids`` list (the new ids of that chunk when streaming). The byte tokenizer of
+With ``return_token_ids: true`` vLLM's chat adds top-level ``prompt_token_ids`` (first chunk when streaming)
+and a per-choice ``token_ids`` list (the new ids of that chunk when streaming); its legacy completions put
+both lists on the choice (``prompt_token_ids`` on the first chunk only). The byte tokenizer of
 ``scripted_policy`` produces the ids, so ``/tokenize`` on the same messages gives the same prompt ids.
 """
 
@@ -174,8 +175,8 @@ def completion_full(reply: Reply, body: dict[str, Any], model: str) -> dict[str,
         "choices": [choice],
         "usage": _usage(len(ids), len(encode(reply.text))),
     }
-    if body.get("return_token_ids"):
-        result["prompt_token_ids"] = ids
+    if body.get("return_token_ids"):  # vLLM's completions put both lists on the choice
+        choice["prompt_token_ids"] = ids
         choice["token_ids"] = encode(reply.text)
     return result
 
@@ -185,12 +186,10 @@ def completion_stream(reply: Reply, body: dict[str, Any], model: str) -> Iterato
     ids = completion_prompt_ids(body)
     for i, piece in enumerate(reply.text_deltas):
         choice: dict[str, Any] = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
-        extra: dict[str, Any] = {}
         if chunker.with_ids:
+            choice["prompt_token_ids"] = ids if i == 0 else None
             choice["token_ids"] = encode(piece)
-            if i == 0:
-                extra["prompt_token_ids"] = ids
-        yield chunker.line([choice], **extra)
+        yield chunker.line([choice])
     yield chunker.line([{"index": 0, "text": "", "logprobs": None, "finish_reason": "stop"}])
     options = body.get("stream_options") or {}
     if isinstance(options, dict) and options.get("include_usage"):
