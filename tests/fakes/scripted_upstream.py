@@ -61,10 +61,29 @@ async def read_json(request: Request) -> dict[str, Any]:
     return body
 
 
+# JSON types a field must have when present (a real server rejects the rest with a 400 too)
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "messages": (list,),
+    "tools": (list,),
+    "input": (str, list),
+    "prompt": (str, list),
+    "max_tokens": (int,),
+    "stream": (bool,),
+    "stream_options": (dict,),
+}
+
+
 def _require(body: dict[str, Any], *fields: str) -> None:
     missing = [f for f in fields if f not in body]
     if missing:
         raise ApiError(400, f"missing required field(s): {', '.join(missing)}")
+    for name, types in FIELD_TYPES.items():
+        if name in body and body[name] is not None and not isinstance(body[name], types):
+            raise ApiError(400, f"field {name!r} has the wrong type {type(body[name]).__name__}")
+    for name in ("messages", "tools"):
+        if any(not isinstance(item, dict) for item in body.get(name) or []):
+            raise ApiError(400, f"every entry of {name!r} must be an object")
 
 
 Builder = Callable[[Reply, dict[str, Any], str], Any]

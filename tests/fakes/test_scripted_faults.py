@@ -11,6 +11,8 @@ import brotli
 import httpx
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fakes.scripted_upstream import create_app
 
@@ -125,3 +127,23 @@ async def test_recording_redacts_secrets_and_can_be_cleared(tmp_path: Path):
     assert ["x-api-key", "<redacted>"] in record["headers"]
     assert ["x-session-id", "ses_1"] in record["headers"]
     assert "sk-secret" not in json.dumps(record) and "sk-other" not in json.dumps(record)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+FIELDS = st.sampled_from(
+    ["model", "messages", "tools", "input", "prompt", "max_tokens", "stream", "stream_options"]
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(sorted(BODIES)), body=st.dictionaries(FIELDS, JSON, max_size=6))
+async def test_arbitrary_json_bodies_get_200_or_400_never_500(path, body):
+    async with client_for() as c:
+        r = await c.post(path, json=body)
+    assert r.status_code in (200, 400), r.text
+    if r.status_code == 400:
+        assert_error_shape(path, r, 400)
