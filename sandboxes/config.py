@@ -27,6 +27,11 @@ class SandboxSettings(BaseSettings):
     pids: Annotated[int, Field(gt=0)] = 512
     wall_time_s: Annotated[float, Field(gt=0)] = 900.0
 
+    # Each sandbox gets its own small internal network. Docker's default pools hold only ~30 networks, so
+    # sandboxes take /28s from this pool instead (None: let Docker choose, and live with that cap).
+    subnet_pool: str | None = "172.31.0.0/16"
+    subnet_prefix: Annotated[int, Field(ge=16, le=29)] = 28
+
     user: str = "agent"
     workdir: str = "/work/repo"
     label_prefix: str = "dflash.sandbox"

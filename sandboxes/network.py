@@ -7,12 +7,17 @@ the relay's port, so the sandbox reaches the proxy and nothing else.
 
 from __future__ import annotations
 
+import ipaddress
+import random
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import docker
 from docker.models.networks import Network
+from docker.types import IPAMConfig, IPAMPool
 
 RULE_TAG = "dflash-sandbox"
 
@@ -23,6 +28,39 @@ def _tables() -> list[str]:
 
 def _run(args: list[str]) -> None:
     subprocess.run(args, check=True, capture_output=True, text=True)
+
+
+def _taken_subnets(client: docker.DockerClient) -> list[ipaddress.IPv4Network]:
+    """Subnets of existing Docker networks and of the host's own routes."""
+    taken = []
+    for net in client.api.networks():
+        for cfg in (net.get("IPAM") or {}).get("Config") or []:
+            sub = cfg.get("Subnet", "")
+            if sub and ":" not in sub:
+                taken.append(ipaddress.IPv4Network(sub, strict=False))
+    try:
+        lines = Path("/proc/net/route").read_text().splitlines()[1:]
+    except OSError:
+        lines = []
+    for line in lines:
+        dest, mask = line.split()[1], line.split()[7]
+        if int(mask, 16):  # the default route (mask 0) overlaps everything and blocks nothing
+            taken.append(ipaddress.IPv4Network(f"{_route_ip(dest)}/{_route_ip(mask)}", strict=False))
+    return taken
+
+
+def _route_ip(hex_le: str) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(int.from_bytes(bytes.fromhex(hex_le), "little"))
+
+
+def free_subnets(client: docker.DockerClient, pool: str, prefix: int) -> Iterator[ipaddress.IPv4Network]:
+    """Free subnets of `pool`, from a random start so concurrent runs rarely race for the same one."""
+    taken = _taken_subnets(client)
+    subnets = list(ipaddress.IPv4Network(pool).subnets(new_prefix=prefix))
+    start = random.randrange(len(subnets))
+    for sub in subnets[start:] + subnets[:start]:
+        if not any(sub.overlaps(t) for t in taken):
+            yield sub
 
 
 def rule_comment(network_name: str) -> str:
@@ -55,25 +93,42 @@ class ConfinedNetwork:
     name: str
     bridge: str
     labels: dict[str, str]
+    subnet_pool: str | None = None
+    subnet_prefix: int = 28
     network: Network | None = None
     gateway: str = ""
     _rules: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def create(self) -> str:
         """Create the network; return the gateway address (the host's side of the bridge)."""
-        self.network = self.client.networks.create(
-            self.name,
-            driver="bridge",
-            internal=True,
-            labels=self.labels,
-            options={"com.docker.network.bridge.name": self.bridge},
-        )
+        self.network = self._create_network()
         self.network.reload()
         self.gateway = self.network.attrs["IPAM"]["Config"][0]["Gateway"].split("/")[0]
         # Drop all input from the bridge now; the relay's port is opened by `allow`.
         for table in _tables():
             self._insert(table, ["-i", self.bridge, "-j", "DROP"])
         return self.gateway
+
+    def _create_network(self) -> Network:
+        kwargs = {
+            "driver": "bridge",
+            "internal": True,
+            "labels": self.labels,
+            "options": {"com.docker.network.bridge.name": self.bridge},
+        }
+        if not self.subnet_pool:
+            return self.client.networks.create(self.name, **kwargs)
+        for attempt, sub in enumerate(free_subnets(self.client, self.subnet_pool, self.subnet_prefix)):
+            pool = IPAMPool(subnet=str(sub), gateway=str(sub.network_address + 1))
+            try:
+                return self.client.networks.create(self.name, ipam=IPAMConfig(pool_configs=[pool]), **kwargs)
+            except docker.errors.APIError as exc:
+                # Another run took the same subnet a moment ago: try the next one.
+                if "overlap" not in str(exc).lower() or attempt >= 20:
+                    raise
+        raise RuntimeError(
+            f"no free /{self.subnet_prefix} left in {self.subnet_pool}; set DFLASH_SANDBOX_SUBNET_POOL"
+        )
 
     def allow(self, port: int) -> None:
         self._insert(

@@ -77,7 +77,14 @@ class Sandbox:
         key = _short(f"{spec.run_id}/{spec.session_id}/{time.time_ns()}")
         self.name = f"dflash-sbx-{key}"
         self.labels = labels(spec.run_id, spec.session_id)
-        self.net = ConfinedNetwork(self.client, self.name, f"dfs{key}", self.labels)
+        self.net = ConfinedNetwork(
+            self.client,
+            self.name,
+            f"dfs{key}",
+            self.labels,
+            spec.settings.subnet_pool,
+            spec.settings.subnet_prefix,
+        )
         target = urlsplit(spec.proxy_url)
         if target.scheme != "http" or not target.hostname:
             raise ValueError(f"--proxy must be an http URL with a host, got {spec.proxy_url!r}")
@@ -232,6 +239,17 @@ class Sandbox:
             return 0
         words = res.output.decode().split()
         return int(words[0]) if words and words[0].isdigit() else 0
+
+    def memory_peak_mb(self) -> float | None:
+        """The container's peak memory so far (cgroup v1 max_usage or v2 memory.peak), in MiB."""
+        if self.container is None or self.expired:
+            return None
+        script = "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak"
+        try:
+            out = self.container.exec_run(["sh", "-c", script], user="root").output.decode().strip()
+        except docker.errors.APIError:
+            return None
+        return round(int(out) / (1 << 20), 1) if out.isdigit() else None
 
     def _copy_repo(self) -> None:
         """`git archive` of the base commit only: the sandbox must not hold the repository's future."""

@@ -32,6 +32,7 @@ class SessionResult:
     transcript: list[dict[str, Any]] = field(default_factory=list)
     stderr: str = ""
     timings: dict[str, float] = field(default_factory=dict)
+    peak_memory_mb: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,7 +128,7 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
         res = box.exec(cmd, env=env, timeout=limit)
         box.timings["agent"] = round(res.seconds, 4)
         reason = _reason(res, limit, settings.memory)
-        patch = b""
+        patch, peak = b"", box.memory_peak_mb()
         if not box.expired:
             t = time.monotonic()
             patch = box.patch()
@@ -147,6 +148,7 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
             transcript=events,
             stderr=res.stderr.decode(errors="replace")[-20000:],
             timings=box.timings,
+            peak_memory_mb=peak,
         )
     result.timings["total"] = round(time.monotonic() - t0, 4)
     return result

@@ -127,3 +127,29 @@ def test_the_firewall_is_what_closes_the_host_port(box: Sandbox, host_listener: 
     finally:
         subprocess.run(["iptables", "-w", "-D", *rule], check=True)
     assert not probes.connect(box, box.net.gateway, host_listener)["ok"]
+
+
+def test_more_sandbox_networks_than_dockers_default_pools_allow(docker_client, run_id) -> None:  # type: ignore[no-untyped-def]
+    """Docker's default pools hold about 30 networks; sandboxes take /28s from their own pool instead."""
+    from sandboxes.labels import labels
+    from sandboxes.network import ConfinedNetwork
+
+    settings = SandboxSettings()
+    nets = []
+    try:
+        for i in range(34):
+            net = ConfinedNetwork(
+                docker_client,
+                f"dflash-sbx-{run_id}-{i}",
+                f"dft{run_id[-6:]}{i:02d}",
+                labels(run_id, f"net-{i}"),
+                settings.subnet_pool,
+                settings.subnet_prefix,
+            )
+            nets.append(net)
+            net.create()
+        assert len({n.gateway for n in nets}) == 34
+    finally:
+        errors = [e for n in nets for e in n.remove()]
+    assert errors == []
+    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}

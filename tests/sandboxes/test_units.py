@@ -110,3 +110,19 @@ def test_owner_token_tells_live_from_dead() -> None:
     dead = owner_token().rsplit(":", 1)[0] + ":0"
     assert not owner_alive(dead), "same pid, other start time: a reused pid is not the owner"
     assert not owner_alive(f"{os.uname().nodename}:999999999:1")
+
+
+class _FakeApi:
+    def networks(self) -> list[dict[str, object]]:
+        return [{"IPAM": {"Config": [{"Subnet": "10.9.0.0/29"}, {"Subnet": "fd00::/64"}]}}, {"IPAM": None}]
+
+
+class _FakeClient:
+    api = _FakeApi()
+
+
+def test_free_subnets_skip_taken_ones() -> None:
+    from sandboxes.network import free_subnets
+
+    got = list(free_subnets(_FakeClient(), "10.9.0.0/28", 29))  # type: ignore[arg-type]
+    assert [str(s) for s in got] == ["10.9.0.8/29"], "the first /29 is a Docker network's"

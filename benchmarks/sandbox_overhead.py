@@ -1,0 +1,177 @@
+"""Sandbox cost: per-session overhead (network, create, copy repo, start, patch, teardown) and how many
+sandboxes fit in the machine's memory at once.
+
+    python benchmarks/sandbox_overhead.py [--sessions 10] [--hold 40] [--agents] [--json OUT]
+
+Needs a Docker engine (`make docker`). The agent phase runs each real CLI once against the scripted
+upstream (the real target is a GPU vLLM that cannot run here) through the real proxy, for its peak memory.
+Everything it creates carries the run id `bench-*` and is removed at the end, killed or not (`gc --run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sandboxes.config import SandboxSettings  # noqa: E402
+from sandboxes.gc import collect  # noqa: E402
+from sandboxes.images.build import build_agents  # noqa: E402
+from sandboxes.sandbox import Sandbox, SandboxSpec  # noqa: E402
+from sandboxes.session import SessionRequest, run_session  # noqa: E402
+from tests.support import background, free_port  # noqa: E402
+
+MACHINE_GIB = 24
+STEPS = ("network", "create", "start", "copy_repo", "patch", "teardown")
+
+
+def mem_available_mib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+def container_mib(client: docker.DockerClient, cid: str) -> float:
+    """Resident memory of one container's cgroup (rss + page cache, what the limit counts)."""
+    stat = Path(f"/sys/fs/cgroup/memory/docker/{cid}/memory.stat")
+    if stat.exists():
+        fields = dict(line.split() for line in stat.read_text().splitlines())
+        return (int(fields["total_rss"]) + int(fields["total_cache"])) / (1 << 20)
+    return float(client.api.stats(cid, stream=False)["memory_stats"]["usage"]) / (1 << 20)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def overhead(client: docker.DockerClient, image: str, proxy: str, run_id: str, n: int) -> dict[str, object]:
+    rows = []
+    for _ in range(n):
+        req = SessionRequest(
+            agent="command",
+            repo=REPO,
+            commit="HEAD",
+            task="",
+            proxy_url=proxy,
+            image=image,
+            run_id=run_id,
+            command="true",
+        )
+        result = run_session(req, client)
+        assert result.status == "succeeded", result.reason
+        t = result.timings
+        rows.append({**{s: t[s] for s in STEPS}, "overhead": sum(t[s] for s in STEPS)})
+    return {
+        k: {
+            "median": round(statistics.median(r[k] for r in rows), 3),
+            "p90": round(pct([r[k] for r in rows], 0.9), 3),
+        }
+        for k in (*STEPS, "overhead")
+    }
+
+
+def hold(client: docker.DockerClient, image: str, proxy: str, run_id: str, k: int) -> dict[str, object]:
+    before = mem_available_mib()
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        boxes = []
+        for i in range(k):
+            spec = SandboxSpec(run_id, f"hold-{i}", REPO, "HEAD", proxy, image, SandboxSettings())
+            boxes.append(stack.enter_context(Sandbox(spec, client)))
+        opened = time.monotonic() - started
+        time.sleep(2)
+        per = [container_mib(client, b.container.id) for b in boxes if b.container is not None]
+        held_cost = (before - mem_available_mib()) / k
+        subnets = len({b.net.gateway for b in boxes})
+    return {
+        "held": k,
+        "distinct_networks": subnets,
+        "open_s": round(opened, 1),
+        "idle_container_mib_median": round(statistics.median(per), 1),
+        "host_mib_per_sandbox": round(held_cost, 1),
+    }
+
+
+def agents(client: docker.DockerClient, image: str, proxy: str, run_id: str) -> dict[str, dict[str, object]]:
+    out = {}
+    for agent in ("claude-code", "codex", "opencode"):
+        req = SessionRequest(
+            agent=agent,
+            repo=REPO,
+            commit="HEAD",
+            task="Create AGENT_PROOF.txt, then say done.",
+            proxy_url=proxy,
+            image=image,
+            run_id=run_id,
+            model="scripted",
+            time_limit_s=300,
+        )
+        r = run_session(req, client)
+        out[agent] = {"status": r.status, "agent_s": r.timings.get("agent"), "peak_mib": r.peak_memory_mb}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=10)
+    ap.add_argument("--hold", type=int, default=40)
+    ap.add_argument("--agents", action="store_true", help="also run each real CLI once for its peak memory")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    client = docker.from_env()
+    image = build_agents(client, SandboxSettings(), log=lambda s: print(s, file=sys.stderr))
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    up, px = free_port(), free_port()
+    results: dict[str, object] = {
+        "cpus": SandboxSettings().cpus,
+        "memory_limit": SandboxSettings().memory,
+        # The machine is shared: the load says how far the timings are from an idle machine's.
+        "load_avg_1m_start": os.getloadavg()[0],
+    }
+    data_dir = tempfile.TemporaryDirectory(prefix="bench-proxy-")
+    upstream_args = ["-m", "tests.fakes.scripted_upstream", "--port", str(up)]
+    proxy_args = ["-m", "proxy", "serve", "--upstream", f"http://127.0.0.1:{up}", "--port", str(px)]
+    try:
+        with (
+            background(upstream_args, f"http://127.0.0.1:{up}/health"),
+            background([*proxy_args, "--data-dir", data_dir.name], f"http://127.0.0.1:{px}/healthz"),
+        ):
+            proxy = f"http://127.0.0.1:{px}"
+            results["overhead_s"] = overhead(client, image, proxy, run_id, args.sessions)
+            results["hold"] = hold(client, image, proxy, run_id, args.hold)
+            if args.agents:
+                results["agents"] = agents(client, image, proxy, run_id)
+    finally:
+        collect(client, run_id=run_id, everything=True)
+        data_dir.cleanup()
+    results["load_avg_1m_end"] = os.getloadavg()[0]
+    budget = MACHINE_GIB * 1024 * 0.9  # leave a tenth to the host, the proxy and dockerd
+    held = results["hold"]
+    assert isinstance(held, dict)
+    results["fit_in_24GiB"] = {"idle": int(budget // max(held["host_mib_per_sandbox"], 1.0))}
+    for agent, row in (results.get("agents") or {}).items():  # type: ignore[union-attr]
+        if row["peak_mib"]:
+            per = row["peak_mib"] + max(held["host_mib_per_sandbox"] - held["idle_container_mib_median"], 0)
+            results["fit_in_24GiB"][agent] = int(budget // per)  # type: ignore[index]
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
