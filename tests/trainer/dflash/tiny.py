@@ -1,0 +1,70 @@
+"""A tiny random Qwen3 target (vocabulary 256) and drafters for it: the whole DFlash loop in milliseconds."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from trainer.dflash.config import make_draft_config
+from trainer.dflash.model import DFlashDraftModel
+from trainer.target.model import Target
+
+VOCAB = 256
+MASK = VOCAB - 1
+EOS = 0
+
+
+def tiny_target(layers: int = 6, hidden: int = 64, seed: int = 0) -> Target:
+    cfg = Qwen3Config(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        max_position_embeddings=1024,
+        rope_theta=10_000.0,
+        tie_word_embeddings=False,
+        eos_token_id=EOS,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(cfg).float().eval()
+        # larger weights than the default init make a random model's greedy text less repetitive
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.mul_(4.0)
+    return Target(
+        name="tiny",
+        model=model,
+        tokenizer=None,  # type: ignore[arg-type]
+        stop_token_ids=(EOS,),
+        max_position_embeddings=1024,
+    )
+
+
+def tiny_drafter(
+    target: Target, block_size: int = 8, layers: int = 1, seed: int = 1, taps: int = 2
+) -> DFlashDraftModel:
+    from trainer.dflash.helpers import default_target_layer_ids
+
+    cfg = make_draft_config(
+        target.model.config,
+        num_hidden_layers=layers,
+        block_size=block_size,
+        mask_token_id=MASK,
+        target_layer_ids=default_target_layer_ids(target.num_layers, taps),
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return DFlashDraftModel(cfg)
+
+
+def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
+    """The target's greedy continuation of ``prompt`` (plain decoding), EOS ignored: data for overfitting."""
+    from trainer.target.engine import Engine, SamplingParams
+
+    params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+    return [t for step in Engine(target).steps(prompt, params) for t in step.token_ids]

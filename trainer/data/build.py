@@ -1,0 +1,250 @@
+"""Training sequences from call records: session merge, held-out split by repository, cuts at span ends.
+
+- Session merge: an agent resends its whole history with every call. When a later call's prompt begins,
+  token for token, with an earlier call's prompt + completion, the two become one sequence with two
+  supervised spans, so the target runs once over the session instead of once per call.
+- Held-out split by a stable hash of the repository (the session when no repository is known): no
+  repository is on both sides.
+- A sequence longer than ``max_len`` is cut only where a supervised span ends; the unsupervised prompt
+  before a span may lose its oldest tokens, a span is never cut (one that cannot fit is dropped, counted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainer.data.records import CallExample, Report, load_examples, read_rows
+from trainer.target.model import Target
+
+SCHEMA = pa.schema(
+    [
+        ("input_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.int8())),
+        ("span_starts", pa.list_(pa.int32())),
+        ("span_ends", pa.list_(pa.int32())),
+        ("session_id", pa.string()),
+        ("group", pa.string()),
+        ("repo", pa.string()),
+        ("agent", pa.string()),
+        ("language", pa.string()),
+        ("call_ids", pa.list_(pa.string())),
+        ("split", pa.string()),
+    ]
+)
+
+
+@dataclass
+class Sequence:
+    input_ids: list[int]
+    loss_mask: list[int]
+    span_starts: list[int]
+    span_ends: list[int]
+    session_id: str | None
+    group: str
+    repo: str | None = None
+    agent: str = "other"
+    language: str = "en"
+    call_ids: list[str] = field(default_factory=list)
+    split: str = "train"
+
+    @property
+    def supervised(self) -> int:
+        return sum(self.loss_mask)
+
+
+def group_key(ex: CallExample) -> str:
+    """What the held-out split hashes: the repository, else the session, else the call."""
+    if ex.repo:
+        return f"repo:{ex.repo}"
+    if ex.session_id:
+        return f"session:{ex.session_id}"
+    return f"call:{ex.call_id}"
+
+
+def stable_fraction(key: str) -> float:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+
+
+def merge_sessions(examples: Iterable[CallExample]) -> list[Sequence]:
+    """One sequence per chain of calls whose prompts extend the previous call's prompt + completion."""
+    by_session: dict[str, list[CallExample]] = defaultdict(list)
+    for ex in examples:
+        by_session[ex.session_id or f"call:{ex.call_id}"].append(ex)
+    out: list[Sequence] = []
+    for _, calls in sorted(by_session.items()):
+        chains: list[Sequence] = []
+        for ex in sorted(calls, key=lambda e: (e.started_at, e.call_id)):
+            best: Sequence | None = None
+            p = ex.prompt_ids
+            for seq in chains:
+                n = len(seq.input_ids)
+                if n <= len(p) and (best is None or n > len(best.input_ids)) and p[:n] == seq.input_ids:
+                    best = seq
+            if best is None:
+                best = Sequence([], [], [], [], ex.session_id, group_key(ex), ex.repo, ex.agent, ex.language)
+                chains.append(best)
+            start = len(p)
+            best.loss_mask = best.loss_mask + [0] * (start - len(best.input_ids)) + list(ex.supervise)
+            best.input_ids = list(p) + list(ex.completion_ids)
+            best.span_starts.append(start)
+            best.span_ends.append(len(best.input_ids))
+            best.call_ids.append(ex.call_id)
+        out.extend(chains)
+    return out
+
+
+def cut(seq: Sequence, max_len: int, dropped: Counter[str]) -> list[Sequence]:
+    """Pieces of at most ``max_len`` tokens that end where a span ends and never start inside a span."""
+    if len(seq.input_ids) <= max_len:
+        return [seq]
+    pieces: list[Sequence] = []
+    lo = 0  # first position the current piece may start at (after the previous piece)
+    cur: list[int] = []  # indices of the spans in the current piece
+    piece_start = 0
+
+    def close() -> None:
+        if not cur:
+            return
+        end = seq.span_ends[cur[-1]]
+        piece = Sequence(
+            seq.input_ids[piece_start:end],
+            seq.loss_mask[piece_start:end],
+            [seq.span_starts[i] - piece_start for i in cur],
+            [seq.span_ends[i] - piece_start for i in cur],
+            seq.session_id,
+            seq.group,
+            seq.repo,
+            seq.agent,
+            seq.language,
+            [seq.call_ids[i] for i in cur if i < len(seq.call_ids)],
+            seq.split,
+        )
+        pieces.append(piece)
+
+    for i, (s, e) in enumerate(zip(seq.span_starts, seq.span_ends, strict=True)):
+        if e - s > max_len:
+            dropped["span_longer_than_max_len"] += 1
+            close()
+            cur, lo = [], e
+            continue
+        if cur and e - piece_start <= max_len:
+            cur.append(i)
+        else:
+            close()
+            piece_start = max(lo, e - max_len)
+            cur = [i]
+        lo = e
+    close()
+    return pieces
+
+
+def split_groups(seqs: list[Sequence], eval_fraction: float) -> None:
+    """Mark ``split`` by a stable hash of each sequence's group; with two or more groups both sides get
+    at least one when ``eval_fraction`` > 0."""
+    groups = sorted({s.group for s in seqs}, key=stable_fraction)
+    held = {g for g in groups if stable_fraction(g) < eval_fraction}
+    if eval_fraction > 0 and len(groups) >= 2:
+        if not held:
+            held = {groups[0]}
+        if len(held) == len(groups):
+            held.discard(groups[-1])
+    for s in seqs:
+        s.split = "eval" if s.group in held else "train"
+
+
+@dataclass
+class BuildResult:
+    train: list[Sequence]
+    eval: list[Sequence]
+    report: dict[str, Any]
+
+
+def build(
+    target: Target,
+    source: str | Path,
+    *,
+    max_len: int = 3072,
+    eval_fraction: float = 0.1,
+    model: str | None = None,
+    min_anchors: int = 1,
+) -> BuildResult:
+    examples, rec_report = load_examples(target, read_rows(source), model=model)
+    return build_from_examples(
+        examples, rec_report, max_len=max_len, eval_fraction=eval_fraction, min_anchors=min_anchors
+    )
+
+
+def build_from_examples(
+    examples: list[CallExample],
+    rec_report: Report,
+    *,
+    max_len: int,
+    eval_fraction: float,
+    min_anchors: int = 1,
+) -> BuildResult:
+    calls_tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in examples)
+    merged = merge_sessions(examples)
+    merged_tokens = sum(len(s.input_ids) for s in merged)
+    split_groups(merged, eval_fraction)
+    dropped: Counter[str] = Counter()
+    pieces = [p for s in merged for p in cut(s, max_len, dropped)]
+    kept = []
+    for p in pieces:
+        pairs = sum(1 for i in range(len(p.loss_mask) - 1) if p.loss_mask[i] and p.loss_mask[i + 1])
+        if pairs < min_anchors:
+            dropped["no_anchor"] += 1
+            continue
+        kept.append(p)
+    train = [s for s in kept if s.split == "train"]
+    held = [s for s in kept if s.split == "eval"]
+    report = {
+        "records": rec_report.as_dict(),
+        "calls": len(examples),
+        "sessions": len({e.session_id or e.call_id for e in examples}),
+        "merge": {
+            "sequences": len(merged),
+            "target_tokens_per_call": calls_tokens,
+            "target_tokens_merged": merged_tokens,
+            "reduction": round(calls_tokens / merged_tokens, 3) if merged_tokens else None,
+        },
+        "max_len": max_len,
+        "pieces": len(pieces),
+        "dropped": dict(dropped),
+        "split": {
+            name: {
+                "sequences": len(part),
+                "groups": len({s.group for s in part}),
+                "tokens": sum(len(s.input_ids) for s in part),
+                "supervised_tokens": sum(s.supervised for s in part),
+                "agents": dict(Counter(s.agent for s in part)),
+                "languages": dict(Counter(s.language for s in part)),
+            }
+            for name, part in (("train", train), ("eval", held))
+        },
+    }
+    return BuildResult(train, held, report)
+
+
+def write(result: BuildResult, out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, part in (("train", result.train), ("eval", result.eval)):
+        pq.write_table(
+            pa.Table.from_pylist([asdict(s) for s in part], schema=SCHEMA), out / f"{name}.parquet"
+        )
+    (out / "report.json").write_text(json.dumps(result.report, indent=2) + "\n")
+    return out
+
+
+def read(path: str | Path) -> list[Sequence]:
+    rows = pq.read_table(str(path)).to_pylist()
+    return [Sequence(**r) for r in rows]

@@ -1,0 +1,132 @@
+"""Speculative decoding of the in-process target with a DFlash drafter, as a decoding strategy.
+
+It plugs into ``trainer.target.engine.Engine`` (which owns stop tokens and ``max_tokens``), so the
+evaluation, the lossless check and ``serve-target --draft`` all run exactly the same code.
+
+One step: the block is [last accepted token, mask x (B-1)] at positions start..start+B-1; the drafter,
+attending to the target's features of every position before ``start``, proposes B-1 tokens in one pass;
+the target verifies the whole block in one forward. Greedy: the longest prefix of proposals equal to the
+target's own argmax is accepted, plus the target's token after it (the bonus) — the output is the
+target's greedy decode token for token. Sampling: standard speculative rejection sampling against the
+drafter's distribution, which preserves the target's sampling distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from trainer.dflash.model import DFlashDraftModel, DraftCache
+from trainer.target.engine import Sampler, SpecDecodeStats
+from trainer.target.model import Target
+
+
+class DFlashSpeculative:
+    """A ``DecodingStrategy``: yields the prefill's first token, then 1 + accepted drafts per verify."""
+
+    name = "dflash"
+
+    def __init__(
+        self, drafter: DFlashDraftModel, block_size: int | None = None, prefill_chunk: int = 512
+    ) -> None:
+        self.drafter = drafter.eval()
+        self.block_size = int(block_size or drafter.block_size)
+        if self.block_size < 2:
+            raise ValueError("block_size must be at least 2")
+        self.prefill_chunk = prefill_chunk
+        self.spec_stats: SpecDecodeStats | None = SpecDecodeStats()
+
+    def _draft(
+        self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache
+    ) -> torch.Tensor:
+        """Drafter logits [B-1, V] for the slots after ``last`` (at position ``start``)."""
+        b = self.block_size
+        dev = ctx.device
+        block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=dev)
+        block[0, 0] = last
+        positions = torch.arange(start - ctx.shape[1], start + b, device=dev)[None]
+        noise = F.embedding(block, target.embed_tokens.weight).to(ctx.dtype)
+        hidden = self.drafter(noise, ctx, positions, None, cache)
+        return F.linear(hidden[0, 1:], target.lm_head.weight).float()
+
+    @torch.no_grad()
+    def steps(
+        self, target: Target, prompt_ids: list[int], sampler: Sampler, max_new_tokens: int
+    ) -> Iterator[list[int]]:
+        if not prompt_ids:
+            raise ValueError("empty prompt")
+        stats = self.spec_stats
+        assert stats is not None
+        b = self.block_size
+        layer_ids = self.drafter.target_layer_ids
+        cache = target.new_cache()
+        dcache = DraftCache()
+        dev = target.embed_tokens.weight.device
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
+        feats = []
+        for s in range(0, ids.shape[1], self.prefill_chunk):
+            out = target.forward(
+                ids[:, s : s + self.prefill_chunk], cache, layer_ids=layer_ids, logits_to_keep=1
+            )
+            assert out.taps is not None
+            feats.append(out.taps)
+            if s + self.prefill_chunk < ids.shape[1]:
+                yield []
+        ctx = torch.cat(feats, dim=1)  # taps of positions 0..p-1
+        last = int(sampler.sample(out.logits[0, -1]))
+        yield [last]
+        start = len(prompt_ids)  # position of `last`: accepted, not yet seen by the target
+        produced = 1
+        limit = target.max_position_embeddings
+        while produced < max_new_tokens and start + b <= limit:
+            dlogits = self._draft(target, last, ctx, start, dcache)
+            if sampler.greedy:
+                draft = dlogits.argmax(-1)
+                qprobs = None
+            else:
+                qprobs = sampler.probs(dlogits)
+                draft = torch.multinomial(qprobs, 1, generator=sampler.generator)[:, 0]
+            block = torch.cat([torch.tensor([last]), draft.cpu()])[None].to(dev)
+            out = target.forward(block, cache, layer_ids=layer_ids)
+            assert out.taps is not None
+            tlogits = out.logits[0].float()  # [B, V]: the target's next-token logits after each slot
+            if sampler.greedy:
+                post = tlogits.argmax(-1).cpu()
+                acc = int(torch.cumprod((draft.cpu() == post[:-1]).to(torch.int64), 0).sum())
+                bonus = int(post[acc])
+            else:
+                assert qprobs is not None
+                acc, bonus = _rejection(
+                    draft.cpu(), sampler.probs(tlogits).cpu(), qprobs.cpu(), sampler.generator
+                )
+            stats.record(b - 1, acc)
+            new = [*draft[:acc].tolist(), bonus]
+            produced += len(new)
+            yield new
+            # the target has now seen slots 0..acc (anchor + accepted drafts); the bonus is the next anchor
+            Target.crop_cache(cache, start + acc + 1)
+            ctx = out.taps[:, : acc + 1]
+            start += acc + 1
+            last = bonus
+
+
+def _rejection(
+    draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor, generator: torch.Generator | None
+) -> tuple[int, int]:
+    """Speculative sampling: accept draft k with probability min(1, p_k(x)/q_k(x)); on the first rejection
+    sample from normalise(max(0, p_k - q_k)); when all pass, sample the bonus from p after the last slot.
+    ``draft`` [B-1], ``p`` [B, V] target probabilities after each slot, ``q`` [B-1, V] drafter's."""
+    n = draft.numel()
+    u = torch.rand(n, generator=generator)
+    for k in range(n):
+        x = int(draft[k])
+        px, qx = float(p[k, x]), float(q[k, x])
+        if qx > 0 and u[k] * qx <= px:
+            continue
+        residual = (p[k] - q[k]).clamp_min(0)
+        total = float(residual.sum())
+        dist = residual / total if total > 0 else p[k]
+        return k, int(torch.multinomial(dist, 1, generator=generator))
+    return n, int(torch.multinomial(p[n], 1, generator=generator))

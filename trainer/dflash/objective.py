@@ -1,0 +1,102 @@
+"""The DFlash training objective for one sequence: many anchored blocks share one target forward."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from trainer.dflash import helpers as H
+
+
+@dataclass
+class StepOutput:
+    loss: torch.Tensor
+    correct: torch.Tensor  # [B-1] per block slot 1..B-1
+    total: torch.Tensor  # [B-1]
+    n_anchors: int
+    n_labels: int
+
+
+def _flex_mask(anchors: torch.Tensor, context_len: int, block_size: int, device: torch.device):  # type: ignore[no-untyped-def]
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    q = anchors.numel() * block_size
+    return create_block_mask(
+        H.block_mask_mod(anchors, context_len, block_size),
+        B=None,
+        H=None,
+        Q_LEN=q,
+        KV_LEN=context_len + q,
+        device=device,
+    )
+
+
+def use_flex_attention(device: torch.device) -> bool:
+    """Flex attention where it compiles (CUDA); SDPA with an explicit boolean mask otherwise."""
+    if device.type != "cuda":
+        return False
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except ImportError:  # pragma: no cover - old torch
+        return False
+    return True
+
+
+def _ce_chunk(
+    h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = F.linear(h, weight).float()
+    return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
+
+
+def dflash_loss(
+    drafter: nn.Module,
+    *,
+    taps: torch.Tensor,  # [1, T, n_taps*H] target features, computed with no grad
+    input_ids: torch.Tensor,  # [T]
+    loss_mask: torch.Tensor,  # [T] 1 on target-generated tokens
+    anchors: torch.Tensor,  # [A] sorted anchor positions
+    embed_weight: torch.Tensor,  # [V, H] the target's input embeddings (frozen)
+    lm_head_weight: torch.Tensor,  # [V, H] the target's LM head (frozen)
+    block_size: int,
+    mask_token_id: int,
+    weights: torch.Tensor,  # [B] from helpers.loss_weights
+    flex: bool = False,
+    chunk: int = 4096,
+) -> StepOutput:
+    """Weighted block cross-entropy of ``drafter`` on one sequence (the drafter may be DDP/FSDP-wrapped)."""
+    t = input_ids.shape[0]
+    a = anchors.numel()
+    b = block_size
+    dev = taps.device
+    blk = H.block_input_ids(input_ids, anchors, b, mask_token_id)
+    noise = F.embedding(blk, embed_weight).reshape(1, a * b, -1).to(taps.dtype)
+    pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
+    mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
+    hidden = drafter(noise, taps, pos, mask)  # [1, A*B, H]
+    labels, valid = H.block_labels(input_ids, loss_mask, anchors, b)
+    h = hidden.reshape(a, b, -1)[valid]
+    y = labels[valid]
+    w = weights.to(dev)[None, :].expand(a, b)[valid]
+    ces, preds = [], []
+    for s in range(0, h.shape[0], chunk):
+        hs, ys = h[s : s + chunk], y[s : s + chunk]
+        if torch.is_grad_enabled() and h.shape[0] > chunk:
+            ce, pr = checkpoint(_ce_chunk, hs, lm_head_weight, ys, use_reentrant=False)
+        else:
+            ce, pr = _ce_chunk(hs, lm_head_weight, ys)
+        ces.append(ce)
+        preds.append(pr)
+    ce = torch.cat(ces) if ces else h.new_zeros(0)
+    loss = (ce * w).sum() / w.sum().clamp_min(1e-9)
+    pred_full = torch.full_like(labels, -1)
+    if preds:
+        pred_full[valid] = torch.cat(preds)
+    correct, total = H.per_position_accuracy(pred_full, labels, valid)
+    return StepOutput(
+        loss=loss, correct=correct.detach(), total=total.detach(), n_anchors=a, n_labels=int(y.numel())
+    )
