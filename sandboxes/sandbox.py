@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import subprocess
 import tarfile
 import threading
@@ -205,7 +206,17 @@ class Sandbox:
         if limit <= 0:
             return ExecResult(KILLED, b"", b"wall-time limit reached", 0.0, timed_out=True)
         api = self.client.api
-        wrapped = ["timeout", "-s", "KILL", f"{limit:.0f}", "sh", "-c", 'exec "$@" </dev/null', "sh", *cmd]
+        wrapped = [
+            "timeout",
+            "-s",
+            "KILL",
+            str(max(1, math.ceil(limit))),
+            "sh",
+            "-c",
+            'exec "$@" </dev/null',
+            "sh",
+            *cmd,
+        ]
         t = time.monotonic()
         exec_id = api.exec_create(
             self.container.id,

@@ -126,3 +126,21 @@ def test_free_subnets_skip_taken_ones() -> None:
 
     got = list(free_subnets(_FakeClient(), "10.9.0.0/28", 29))  # type: ignore[arg-type]
     assert [str(s) for s in got] == ["10.9.0.8/29"], "the first /29 is a Docker network's"
+
+
+SESSION_HEADERS = {
+    "claude-code": "x-claude-code-session-id",
+    "codex": "session-id",
+    "opencode": "x-session-id",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SESSION_HEADERS))
+def test_session_id_from_a_real_transcript_matches_the_cli_header(name: str) -> None:
+    """H1's captures of the real CLIs: the id read from the transcript is the one the proxy sees."""
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "agents" / name
+    events = parse_jsonl((folder / "transcript.jsonl").read_text())
+    headers = json.loads((folder / "first_request.json").read_text())["headers"]
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    sent = {k.lower(): v for k, v in pairs}[SESSION_HEADERS[name]]
+    assert get_agent(name).session_id(events) == sent
