@@ -43,22 +43,23 @@ class Progress:
             "rate": rate,
             "calls": calls,
         }
-        t = Table(title="dflash factory · sessions", show_header=True, header_style="bold")
-        for col in ("done", "failed", "running", "pending", "this run", "agent failed", "retries",
-                    "sessions/h", "ETA", "calls logged"):
-            t.add_column(col, justify="right")
-        t.add_row(
-            str(c.get("done", 0)),
-            str(c.get("failed", 0)),
-            f"{c.get('running', 0)} ({len(st.in_flight)} here)",
-            str(c.get("pending", 0)),
-            str(st.done),
-            str(st.agent_failed),
-            str(st.infra_retries),
-            f"{rate:.1f}",
-            str(left) if left is not None else "–",
-            "–" if calls is None else f"{calls} (+{calls - (self._calls0 or 0)})",
-        )
+        cells = [
+            ("done", str(c.get("done", 0))),
+            ("failed", str(c.get("failed", 0))),
+            ("running", f"{c.get('running', 0)} ({len(st.in_flight)} here)"),
+            ("pending", str(c.get("pending", 0))),
+            ("sessions/h", f"{rate:.1f}"),
+            ("ETA", str(left) if left is not None else "–"),
+            ("calls logged", "–" if calls is None else f"{calls:,} (+{calls - (self._calls0 or 0):,})"),
+            ("this run", f"{st.done} done, {st.agent_failed} agent-failed, {st.infra_retries} retries"),
+        ]
+        t = Table(title="dflash factory · sessions", show_header=False, box=None, pad_edge=False)
+        for _ in range(2):
+            t.add_column(style="bold", justify="right")
+            t.add_column(justify="left")
+        for i in range(0, len(cells), 2):
+            (k1, v1), (k2, v2) = cells[i], cells[i + 1]
+            t.add_row(k1, v1, k2, v2)
         return t
 
     def tick(self, runner: Runner) -> None:

@@ -1,0 +1,3 @@
+from factory.cli import main
+
+main()

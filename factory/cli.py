@@ -1,0 +1,298 @@
+"""`python -m factory …`: repos, issues, sample, translate, plan, run, status, export, push, harvest."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+repos_app = typer.Typer(add_completion=False, help="The repository registry (repos.yaml).")
+app.add_typer(repos_app, name="repos")
+console = Console(stderr=True)
+
+DataDir = Annotated[Path, typer.Option("--data-dir", envvar="DFLASH_DATA_DIR", help="Database, calls, dataset.")]
+Db = Annotated[
+    str | None,
+    typer.Option("--db", envvar="DFLASH_DB_URL", help="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db)."),
+]
+
+
+def _sessions(db: str | None, data_dir: Path):  # type: ignore[no-untyped-def]
+    from factory.db import connect, default_url, session_factory
+
+    return session_factory(connect(db or default_url(data_dir)))
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@repos_app.command("check")
+def repos_check(
+    path: Annotated[Path | None, typer.Option(help="repos.yaml to validate")] = None,
+    online: Annotated[bool, typer.Option(help="Ask the GitHub API whether every repository exists")] = False,
+    token: Annotated[str | None, typer.Option(envvar="GITHUB_TOKEN")] = None,
+    api_url: Annotated[str, typer.Option(envvar="GITHUB_API_URL")] = "https://api.github.com",
+) -> None:
+    """Validate repos.yaml; with --online, report every name that 404s."""
+    from collections import Counter
+
+    from factory import registry
+
+    try:
+        reg = registry.load(path)
+    except registry.RegistryError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from None
+    langs = Counter(r.language for r in reg.repos)
+    console.print(f"{len(reg.repos)} repositories; languages: " + ", ".join(f"{k} {v}" for k, v in langs.most_common(12)))
+    if not online:
+        return
+    from factory.github import GitHubClient, NotFound
+
+    missing = []
+    with GitHubClient(token, base_url=api_url) as gh:
+        for r in reg.repos:
+            try:
+                gh.repo(r.name)
+            except NotFound:
+                missing.append(r.name)
+                console.print(f"[red]404[/] {r.name}")
+    console.print(f"{len(missing)} of {len(reg.repos)} not found")
+    raise typer.Exit(1 if missing else 0)
+
+
+@app.command()
+def issues(
+    data_dir: DataDir = Path("data"),
+    db: Db = None,
+    token: Annotated[str | None, typer.Option(envvar="GITHUB_TOKEN")] = None,
+    api_url: Annotated[str, typer.Option(envvar="GITHUB_API_URL")] = "https://api.github.com",
+    limit_repos: Annotated[int | None, typer.Option(help="Only the first N repositories")] = None,
+    path: Annotated[Path | None, typer.Option(help="repos.yaml")] = None,
+) -> None:
+    """Harvest new GitHub issues (incremental: since= and ETags) with their base commits."""
+    from factory import registry
+    from factory.github import GitHubClient
+    from factory.issues import DbEtagCache, harvest
+
+    sessions = _sessions(db, data_dir)
+    with GitHubClient(token, base_url=api_url, cache=DbEtagCache(sessions)) as gh:
+        rep = harvest(sessions, registry.load(path), gh, limit_repos=limit_repos,
+                      on_repo=lambda n, k: console.print(f"{n}: +{k}"))  # fmt: skip
+        console.print(f"+{rep.issues_new} issues from {rep.repos_ok} repositories; "
+                      f"{gh.stats.requests} requests, {gh.stats.not_modified} not modified")  # fmt: skip
+    if rep.missing:
+        console.print(f"[yellow]404 (not found): {', '.join(rep.missing)}[/]")
+    for name, err in rep.errors.items():
+        console.print(f"[red]{name}: {err}[/]")
+    console.print(f"skipped: {rep.skipped}")
+
+
+@app.command("sample")
+def sample_cmd(data_dir: DataDir = Path("data"), db: Db = None) -> None:
+    """Load the bundled offline sample (repos generated under DATA_DIR/sample-repos)."""
+    from factory import sample
+
+    got = sample.install(_sessions(db, data_dir), data_dir / "sample-repos")
+    console.print(got)
+
+
+@app.command()
+def translate(
+    url: Annotated[str, typer.Option(envvar="DFLASH_TRANSLATE_URL", help="OpenAI-compatible base URL (…/v1)")],
+    data_dir: DataDir = Path("data"),
+    db: Db = None,
+    model: Annotated[str | None, typer.Option(help="Default: the endpoint's first model")] = None,
+    api_key: Annotated[str, typer.Option(envvar="DFLASH_TRANSLATE_KEY")] = "dflash",
+    limit: Annotated[int | None, typer.Option()] = None,
+    retry_rejected: Annotated[bool, typer.Option()] = False,
+    concurrency: Annotated[int, typer.Option()] = 4,
+) -> None:
+    """Translate every issue without a cached Korean translation (tagged `translation`)."""
+    from factory.translate import Translator, translate_missing
+
+    tr = Translator(url, model=model, api_key=api_key)
+    counts = translate_missing(_sessions(db, data_dir), tr, limit=limit, retry_rejected=retry_rejected,
+                               concurrency=concurrency)  # fmt: skip
+    console.print(counts)
+
+
+def _plan_table(summary, title: str) -> Table:  # type: ignore[no-untyped-def]
+    from factory.plan import AGENTS
+
+    langs = sorted({lang for lang, _ in summary.by_cell}) or ["en"]
+    t = Table(title=title)
+    t.add_column("language")
+    for a in AGENTS:
+        t.add_column(a, justify="right")
+    t.add_column("total", justify="right")
+    for lang in langs:
+        row = [summary.by_cell.get((lang, a), 0) for a in AGENTS]
+        t.add_row(lang, *map(str, row), str(sum(row)))
+    cols = [sum(summary.by_cell.get((lang, a), 0) for lang in langs) for a in AGENTS]
+    t.add_row("total", *map(str, cols), str(sum(cols)))
+    return t
+
+
+@app.command()
+def plan(
+    data_dir: DataDir = Path("data"),
+    db: Db = None,
+    agents: Annotated[str, typer.Option(help="Agents and weights: claude-code,codex=1,opencode=0.5")] = (
+        "claude-code,codex,opencode"
+    ),
+    langs: Annotated[str, typer.Option(help="Languages and weights: en,ko")] = "en,ko",
+    seed: Annotated[int, typer.Option()] = 0,
+    dry_run: Annotated[bool, typer.Option(help="Show what would be added")] = False,
+) -> None:
+    """Plan sessions (issue × language × agent) and print the plan's size by language and agent."""
+    from factory.plan import AGENTS, LANGS, PlanConfig, parse_mix
+    from factory.plan import plan as do_plan
+
+    try:
+        cfg = PlanConfig(agents=parse_mix(agents, AGENTS), langs=parse_mix(langs, LANGS), seed=seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    s = do_plan(_sessions(db, data_dir), cfg, dry_run=dry_run)
+    title = f"{'would add' if dry_run else 'plan'}: {s.issues} issues, {s.translated} with Korean; +{s.added} new"
+    Console().print(_plan_table(s, title))
+
+
+@app.command()
+def run(
+    proxy_url: Annotated[str, typer.Option(envvar="DFLASH_PROXY_URL", help="The proxy as the host sees it")],
+    data_dir: DataDir = Path("data"),
+    db: Db = None,
+    concurrency: Annotated[int, typer.Option(min=1)] = 2,
+    limit: Annotated[int | None, typer.Option(help="Sessions to run in this invocation")] = None,
+    runner: Annotated[str, typer.Option(help="sandbox, or fake (no Docker: scripted calls)")] = "sandbox",
+    image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
+    model: Annotated[str, typer.Option(help="Model id the agents ask for")] = "target",
+    session_timeout: Annotated[float | None, typer.Option(help="Seconds an agent may run")] = None,
+    lease: Annotated[float, typer.Option(help="Lease seconds (renewed while running)")] = 300.0,
+    max_attempts: Annotated[int, typer.Option()] = 3,
+    backoff: Annotated[float, typer.Option(help="First retry delay after an infra failure")] = 30.0,
+    wait: Annotated[bool, typer.Option(help="Keep polling while other workers hold sessions")] = False,
+) -> None:
+    """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
+    from factory.progress import Progress
+    from factory.runner import RunConfig, Runner
+
+    sessions = _sessions(db, data_dir)
+    if runner == "fake":
+        from factory.fake_runner import FakeSessionRunner
+
+        sr = FakeSessionRunner(calls=2, model=model)
+    else:
+        from factory.sandbox_runner import SandboxSessionRunner
+
+        sr = SandboxSessionRunner(image=image, model=model, time_limit_s=session_timeout)  # type: ignore[assignment]
+    cfg = RunConfig(proxy_url=proxy_url, data_dir=data_dir, concurrency=concurrency, limit=limit, lease_s=lease,
+                    max_attempts=max_attempts, backoff_s=backoff, wait_for_others=wait)  # fmt: skip
+    r = Runner(sessions, sr, cfg)
+    progress = Progress(console, proxy_url=proxy_url)
+    with progress.live():
+        r.run(on_tick=progress.tick)
+    progress.final(r)
+
+
+@app.command()
+def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
+    """Counts of repositories, issues, translations and sessions."""
+    from sqlalchemy import func, select
+
+    from factory.db import Issue, Repo, Session, Translation
+
+    sessions = _sessions(db, data_dir)
+    with sessions() as s:
+        out = {
+            "repos": dict(s.execute(select(Repo.status, func.count()).group_by(Repo.status)).all()),
+            "issues": s.scalar(select(func.count()).select_from(Issue)),
+            "translations": dict(s.execute(select(Translation.status, func.count()).group_by(Translation.status)).all()),
+            "sessions": dict(s.execute(select(Session.status, func.count()).group_by(Session.status)).all()),
+        }
+    print(json.dumps(out, indent=1))
+
+
+@app.command()
+def export(
+    data_dir: DataDir = Path("data"),
+    db: Db = None,
+    out: Annotated[Path | None, typer.Option(help="Default: DATA_DIR/dataset")] = None,
+    held_out: Annotated[float, typer.Option(help="Fraction of repositories in the test split")] = 0.05,
+    rows_per_shard: Annotated[int, typer.Option()] = 20_000,
+    repo_id: Annotated[str, typer.Option(help="Hub id used in the card's examples")] = "dflash-factory/agent-traffic",
+) -> None:
+    """Write the dataset in the Hugging Face Hub layout (calls and sessions configs)."""
+    from factory.export import export as do_export
+
+    dest = out or data_dir / "dataset"
+    s = do_export(_sessions(db, data_dir), data_dir, dest, held_out=held_out, rows_per_shard=rows_per_shard,
+                  repo_id=repo_id)  # fmt: skip
+    console.print(f"{dest}: {s.sessions} sessions, {s.calls} calls, {s.duplicates_dropped} duplicates dropped, "
+                  f"secrets scrubbed {dict(s.secrets) or 'none'}")  # fmt: skip
+
+
+@app.command()
+def push(
+    repo_id: Annotated[str, typer.Option(help="ORG/NAME on the Hub")],
+    data_dir: DataDir = Path("data"),
+    folder: Annotated[Path | None, typer.Option(help="Default: DATA_DIR/dataset")] = None,
+    dry_run: Annotated[bool, typer.Option(help="List what would be uploaded")] = False,
+    private: Annotated[bool, typer.Option()] = False,
+    token: Annotated[str | None, typer.Option(envvar="HF_TOKEN")] = None,
+) -> None:
+    """Upload the exported dataset with huggingface_hub (resumable large-folder upload)."""
+    from factory.push import push as do_push
+
+    files = do_push(folder or data_dir / "dataset", repo_id, dry_run=dry_run, private=private, token=token)
+    for path, size in files:
+        print(f"{size:>12,}  {path}")
+    print(f"{'would upload' if dry_run else 'uploaded'} {len(files)} files, {sum(s for _, s in files):,} bytes "
+          f"to datasets/{repo_id}")  # fmt: skip
+
+
+@app.command()
+def harvest(
+    data_dir: DataDir = Path("data"),
+    db: Db = None,
+    target_url: Annotated[str | None, typer.Option(envvar="TARGET_URL", help="Unset: start the CPU target")] = None,
+    github_token: Annotated[str | None, typer.Option(envvar="GITHUB_TOKEN", help="Unset: bundled sample")] = None,
+    limit: Annotated[int, typer.Option(help="Sessions to run")] = 6,
+    concurrency: Annotated[int, typer.Option(min=1)] = 2,
+    agents: Annotated[str, typer.Option()] = "claude-code,codex,opencode",
+    langs: Annotated[str, typer.Option()] = "en,ko",
+    seed: Annotated[int, typer.Option()] = 0,
+    repos_limit: Annotated[int | None, typer.Option(help="GitHub: first N repositories only")] = None,
+    translate_limit: Annotated[int | None, typer.Option()] = None,
+    session_timeout: Annotated[float, typer.Option(help="Seconds an agent may run")] = 300.0,
+    target_model: Annotated[str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")] = "smollm2",
+    held_out: Annotated[float, typer.Option()] = 0.05,
+    image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
+    runner: Annotated[str, typer.Option(help="sandbox, or fake (scripted sessions, no Docker)")] = "sandbox",
+) -> None:
+    """The whole job: issues → target and proxy → translate → plan → Docker → run → export → summary."""
+    from factory.harvest import HarvestOptions, run_harvest
+
+    opts = HarvestOptions(
+        data_dir=data_dir, db=db, target_url=target_url or None, github_token=github_token or None, limit=limit,
+        concurrency=concurrency, agents=agents, langs=langs, seed=seed, repos_limit=repos_limit,
+        translate_limit=translate_limit, session_timeout_s=session_timeout, target_model=target_model,
+        held_out=held_out, image=image, runner=runner,
+    )  # fmt: skip
+    summary = run_harvest(opts, console)
+    print(json.dumps(summary, default=str))
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()
