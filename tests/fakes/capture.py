@@ -27,6 +27,13 @@ REDACTED = "<redacted>"
 def decode_body(raw: bytes, content_encoding: str | None) -> bytes:
     """Undo a request's Content-Encoding (gzip, deflate, br, zstd; several may be stacked)."""
     codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
+    try:
+        return _undo(raw, codings)
+    except (OSError, EOFError, zlib.error, zstandard.ZstdError, brotli.error) as exc:
+        raise ValueError(f"body does not decode as {content_encoding}: {exc}") from exc
+
+
+def _undo(raw: bytes, codings: list[str]) -> bytes:
     for coding in reversed(codings):
         if coding in ("gzip", "x-gzip"):
             raw = gzip.decompress(raw)
@@ -68,7 +75,7 @@ def request_record(scope: Scope, raw: bytes, received_at: float | None = None) -
     try:
         text = decode_body(raw, encoding).decode("utf-8")
         record["body"] = json.loads(text) if text else None
-    except (ValueError, OSError, zstandard.ZstdError, brotli.error) as exc:
+    except ValueError as exc:
         record["body"] = None
         record["body_error"] = str(exc)
     return record

@@ -147,3 +147,12 @@ async def test_arbitrary_json_bodies_get_200_or_400_never_500(path, body):
     assert r.status_code in (200, 400), r.text
     if r.status_code == 400:
         assert_error_shape(path, r, 400)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "zstd", "deflate", "snappy"])
+async def test_undecodable_request_bodies_are_400(encoding):
+    async with client_for() as c:
+        r = await c.post("/v1/responses", content=b"\x00garbage", headers={"content-encoding": encoding})
+        seen = (await c.get("/_scripted/requests")).json()[-1]
+    assert_error_shape("/v1/responses", r, 400)
+    assert seen["body"] is None and seen["body_error"]
