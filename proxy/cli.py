@@ -23,6 +23,9 @@ def serve(
     ] = "native",
     return_token_ids: Annotated[bool, typer.Option(envvar="DFLASH_PROXY_RETURN_TOKEN_IDS")] = True,
     tokenize_native: Annotated[bool, typer.Option(envvar="DFLASH_PROXY_TOKENIZE_NATIVE")] = False,
+    upstream_transport: Annotated[
+        str, typer.Option(envvar="DFLASH_PROXY_UPSTREAM_TRANSPORT", help="aiohttp|httpx")
+    ] = "aiohttp",
     segment_max_age_s: Annotated[float, typer.Option(envvar="DFLASH_PROXY_SEGMENT_MAX_AGE_S")] = 60.0,
     log_level: Annotated[str, typer.Option()] = "warning",
 ) -> None:
@@ -44,6 +47,7 @@ def serve(
             upstream_api=upstream_api,  # type: ignore[arg-type]
             return_token_ids=return_token_ids,
             tokenize_native=tokenize_native,
+            upstream_transport=upstream_transport,  # type: ignore[arg-type]
             segment_max_age_s=segment_max_age_s,
         )
     except ValidationError as exc:
@@ -53,7 +57,14 @@ def serve(
             )
         raise typer.Exit(2) from None
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        access_log=False,
+        # The upstream's own Date/Server headers are relayed; uvicorn must not add a second pair.
+        server_header=False,
+        date_header=False,
     )
 
 

@@ -31,6 +31,8 @@ class ProxySettings(BaseSettings):
     # Agents' long generations stream for minutes: this bounds the wait for the next byte, not the call.
     read_timeout_s: float = 600.0
     upstream_api: Literal["native", "chat"] = "native"
+    # aiohttp parses upstream streams in C; httpx's own transport (httpcore) is the fallback.
+    upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
     return_token_ids: bool = True
     tokenize_native: bool = False
     proxy_id: str = Field(default_factory=default_proxy_id)

@@ -19,7 +19,12 @@ class UpstreamClients:
         self, settings: ProxySettings, transport: httpx.AsyncBaseTransport | None = None, shards: int = 8
     ) -> None:
         timeout = httpx.Timeout(settings.read_timeout_s, connect=settings.connect_timeout_s)
-        # A test transport is shared: one MockTransport stands for one upstream.
+        # A given transport is shared: one MockTransport stands for one upstream.
+        if transport is None and settings.upstream_transport == "aiohttp":
+            from proxy.aiotransport import AiohttpTransport
+
+            transport = AiohttpTransport(settings.connect_timeout_s, settings.read_timeout_s)
+            shards = 1  # aiohttp's pool has no per-request scan
         n = 1 if transport is not None else shards
         self._clients = [
             httpx.AsyncClient(

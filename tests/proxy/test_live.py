@@ -68,7 +68,7 @@ def test_upstream_token_ids_are_recorded_for_chat(proxy: LiveProxy):
 
 @pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
 def test_compressed_responses_relay_and_record_decoded(proxy: LiveProxy, encoding: str):
-    path, body = REQUESTS["openai_chat"]
+    path, body = REQUESTS["anthropic_messages"]  # passthrough: chat calls are rewritten (token ids)
     for stream in (False, True):
         req = {**body, "model": f"compress-{encoding}", "stream": stream}
         r = httpx.post(
