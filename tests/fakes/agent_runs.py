@@ -150,7 +150,7 @@ def run_agent(
     root: Path,
     *,
     model: str = "scripted",
-    timeout: float = 120.0,
+    timeout: float = 300.0,  # OpenCode alone needs ≈ 12 s of CPU; a loaded 2-core machine stretches that
     provider: str | None = None,
     env_overrides: dict[str, str | None] | None = None,
 ) -> AgentRun:

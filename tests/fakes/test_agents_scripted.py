@@ -71,6 +71,7 @@ def test_agent_runs_the_scripted_tool_call(agent, binaries, all_apis, tmp_path):
     check(run, all_apis)
 
 
+@pytest.mark.slow  # OpenCode spends ≈ 12 s of CPU starting up
 def test_opencode_against_a_chat_only_upstream(binaries, chat_only, tmp_path):
     httpx.delete(chat_only + "/_scripted/requests")
     run = run_agent("opencode", binaries["opencode"], chat_only, tmp_path)
@@ -83,6 +84,7 @@ def test_opencode_against_a_chat_only_upstream(binaries, chat_only, tmp_path):
     assert len(sessions) == 1 and next(iter(sessions)).startswith("ses_")
 
 
+@pytest.mark.slow
 def test_opencode_through_its_bundled_anthropic_provider(binaries, all_apis, tmp_path):
     """@ai-sdk/anthropic ships inside the opencode binary: no npm install needed (npm is offline here)."""
     httpx.delete(all_apis + "/_scripted/requests")
