@@ -10,8 +10,12 @@ DATA_DIR ?= data
 PROXY_HOST ?= 127.0.0.1
 PROXY_PORT ?= 8100
 TARGET_URL ?= http://127.0.0.1:8000
+# `make target`: the CPU stand-in for a vLLM server (smollm2, tiny-qwen3, or a Hugging Face model dir).
+TARGET_MODEL ?= smollm2
+TARGET_HOST ?= 127.0.0.1
+TARGET_PORT ?= 8000
 
-.PHONY: install agents test lint format typecheck proxy
+.PHONY: install agents test lint format typecheck proxy target
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -54,3 +58,13 @@ docker:
 
 sandbox-images: install docker
 	$(BIN)/python -m sandboxes build
+
+target: install
+	$(BIN)/python -m trainer serve-target --model $(TARGET_MODEL) --host $(TARGET_HOST) --port $(TARGET_PORT)
+
+# The main job on its embedded default: bundled sample issues (or GitHub with GITHUB_TOKEN), the CPU
+# stand-in target (unless TARGET_URL is set), the proxy, sandboxed agents, and the dataset in
+# $(DATA_DIR)/dataset. More flags through HARVEST_ARGS, e.g. HARVEST_ARGS="--limit 12 --concurrency 2".
+.PHONY: harvest
+harvest: install docker
+	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(HARVEST_ARGS)

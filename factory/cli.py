@@ -17,10 +17,14 @@ repos_app = typer.Typer(add_completion=False, help="The repository registry (rep
 app.add_typer(repos_app, name="repos")
 console = Console(stderr=True)
 
-DataDir = Annotated[Path, typer.Option("--data-dir", envvar="DFLASH_DATA_DIR", help="Database, calls, dataset.")]
+DataDir = Annotated[
+    Path, typer.Option("--data-dir", envvar="DFLASH_DATA_DIR", help="Database, calls, dataset.")
+]
 Db = Annotated[
     str | None,
-    typer.Option("--db", envvar="DFLASH_DB_URL", help="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db)."),
+    typer.Option(
+        "--db", envvar="DFLASH_DB_URL", help="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db)."
+    ),
 ]
 
 
@@ -32,7 +36,9 @@ def _sessions(db: str | None, data_dir: Path):  # type: ignore[no-untyped-def]
 
 @app.callback()
 def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 @repos_app.command("check")
@@ -53,7 +59,10 @@ def repos_check(
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(1) from None
     langs = Counter(r.language for r in reg.repos)
-    console.print(f"{len(reg.repos)} repositories; languages: " + ", ".join(f"{k} {v}" for k, v in langs.most_common(12)))
+    console.print(
+        f"{len(reg.repos)} repositories; languages: "
+        + ", ".join(f"{k} {v}" for k, v in langs.most_common(12))
+    )
     if not online:
         return
     from factory.github import GitHubClient, NotFound
@@ -108,7 +117,9 @@ def sample_cmd(data_dir: DataDir = Path("data"), db: Db = None) -> None:
 
 @app.command()
 def translate(
-    url: Annotated[str, typer.Option(envvar="DFLASH_TRANSLATE_URL", help="OpenAI-compatible base URL (…/v1)")],
+    url: Annotated[
+        str, typer.Option(envvar="DFLASH_TRANSLATE_URL", help="OpenAI-compatible base URL (…/v1)")
+    ],
     data_dir: DataDir = Path("data"),
     db: Db = None,
     model: Annotated[str | None, typer.Option(help="Default: the endpoint's first model")] = None,
@@ -163,7 +174,9 @@ def plan(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     s = do_plan(_sessions(db, data_dir), cfg, dry_run=dry_run)
-    title = f"{'would add' if dry_run else 'plan'}: {s.issues} issues, {s.translated} with Korean; +{s.added} new"
+    title = (
+        f"{'would add' if dry_run else 'plan'}: {s.issues} issues, {s.translated} with Korean; +{s.added} new"
+    )
     Console().print(_plan_table(s, title))
 
 
@@ -217,7 +230,9 @@ def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
         out = {
             "repos": dict(s.execute(select(Repo.status, func.count()).group_by(Repo.status)).all()),
             "issues": s.scalar(select(func.count()).select_from(Issue)),
-            "translations": dict(s.execute(select(Translation.status, func.count()).group_by(Translation.status)).all()),
+            "translations": dict(
+                s.execute(select(Translation.status, func.count()).group_by(Translation.status)).all()
+            ),
             "sessions": dict(s.execute(select(Session.status, func.count()).group_by(Session.status)).all()),
         }
     print(json.dumps(out, indent=1))
@@ -230,7 +245,9 @@ def export(
     out: Annotated[Path | None, typer.Option(help="Default: DATA_DIR/dataset")] = None,
     held_out: Annotated[float, typer.Option(help="Fraction of repositories in the test split")] = 0.05,
     rows_per_shard: Annotated[int, typer.Option()] = 20_000,
-    repo_id: Annotated[str, typer.Option(help="Hub id used in the card's examples")] = "dflash-factory/agent-traffic",
+    repo_id: Annotated[
+        str, typer.Option(help="Hub id used in the card's examples")
+    ] = "dflash-factory/agent-traffic",
 ) -> None:
     """Write the dataset in the Hugging Face Hub layout (calls and sessions configs)."""
     from factory.export import export as do_export
@@ -265,8 +282,12 @@ def push(
 def harvest(
     data_dir: DataDir = Path("data"),
     db: Db = None,
-    target_url: Annotated[str | None, typer.Option(envvar="TARGET_URL", help="Unset: start the CPU target")] = None,
-    github_token: Annotated[str | None, typer.Option(envvar="GITHUB_TOKEN", help="Unset: bundled sample")] = None,
+    target_url: Annotated[
+        str | None, typer.Option(envvar="TARGET_URL", help="Unset: start the CPU target")
+    ] = None,
+    github_token: Annotated[
+        str | None, typer.Option(envvar="GITHUB_TOKEN", help="Unset: bundled sample")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Sessions to run")] = 6,
     concurrency: Annotated[int, typer.Option(min=1)] = 2,
     agents: Annotated[str, typer.Option()] = "claude-code,codex,opencode",
@@ -275,7 +296,9 @@ def harvest(
     repos_limit: Annotated[int | None, typer.Option(help="GitHub: first N repositories only")] = None,
     translate_limit: Annotated[int | None, typer.Option()] = None,
     session_timeout: Annotated[float, typer.Option(help="Seconds an agent may run")] = 300.0,
-    target_model: Annotated[str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")] = "smollm2",
+    target_model: Annotated[
+        str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")
+    ] = "smollm2",
     held_out: Annotated[float, typer.Option()] = 0.05,
     image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
     runner: Annotated[str, typer.Option(help="sandbox, or fake (scripted sessions, no Docker)")] = "sandbox",

@@ -31,9 +31,9 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation
+from factory.queue import Claimed
 from factory.scrub import scrub
 from factory.tasks import build_task
-from factory.queue import Claimed
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,10 @@ class ExportStats:
         )
 
     def totals(self) -> dict[str, int]:
-        return {k: sum(c[k] for c in self.by_cell.values()) for k in ("sessions", "calls", "prompt_tokens", "completion_tokens")}
+        return {
+            k: sum(c[k] for c in self.by_cell.values())
+            for k in ("sessions", "calls", "prompt_tokens", "completion_tokens")
+        }
 
 
 class _ShardWriter:
@@ -179,7 +182,9 @@ def _session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any
         ).all()
         ko = {
             t.issue_id: t
-            for t in s.scalars(select(Translation).where(Translation.status == "ok", Translation.lang == "ko"))
+            for t in s.scalars(
+                select(Translation).where(Translation.status == "ok", Translation.lang == "ko")
+            )
         }
         for sess, issue, repo in rows:
             title, body = issue.title, issue.body
@@ -271,7 +276,9 @@ def export(
                 stats.stale_attempt_calls_skipped += 1
                 continue
             key = hashlib.blake2b(
-                "\0".join(str(call.get(k) or "") for k in ("api", "model", "request_json", "response_json")).encode(),
+                "\0".join(
+                    str(call.get(k) or "") for k in ("api", "model", "request_json", "response_json")
+                ).encode(),
                 digest_size=16,
             ).digest()
             if key in seen:
@@ -283,7 +290,9 @@ def export(
             for col in ("request_json", "response_json", "error"):
                 row[col], n = scrub(row.get(col), stats.secrets)
                 hits += n
-            if hits and (row.get("prompt_token_ids") is not None or row.get("completion_token_ids") is not None):
+            if hits and (
+                row.get("prompt_token_ids") is not None or row.get("completion_token_ids") is not None
+            ):
                 row["prompt_token_ids"] = row["completion_token_ids"] = None
                 row["token_ids_source"] = None
                 stats.token_ids_dropped += 1
@@ -426,16 +435,16 @@ sessions = load_dataset("{repo_id}", "sessions")  # one row per agent session
 
 ## Contents
 
-- **calls**: {stats.calls:,} model calls ({', '.join(f'{k}: {v:,}' for k, v in sorted(stats.by_split.items())) or 'none'}),
+- **calls**: {stats.calls:,} model calls ({", ".join(f"{k}: {v:,}" for k, v in sorted(stats.by_split.items())) or "none"}),
   each with the exact request and response JSON, token usage and (where the target returned them) the
   exact prompt and completion token ids, joined with the session's repository, issue, language and agent.
-- **sessions**: {stats.sessions:,} agent sessions ({', '.join(f'{k}: {v:,}' for k, v in sorted(stats.sessions_by_split.items())) or 'none'}),
+- **sessions**: {stats.sessions:,} agent sessions ({", ".join(f"{k}: {v:,}" for k, v in sorted(stats.sessions_by_split.items())) or "none"}),
   with outcome, exit status, the agent's patch, and per-session call and token totals.
 
 | agent | language | sessions | calls | prompt tokens | completion tokens |
 |---|---|---:|---:|---:|---:|
 {rows}
-| **all** | | {t['sessions']:,} | {t['calls']:,} | {t['prompt_tokens']:,} | {t['completion_tokens']:,} |
+| **all** | | {t["sessions"]:,} | {t["calls"]:,} | {t["prompt_tokens"]:,} | {t["completion_tokens"]:,} |
 
 {images}
 

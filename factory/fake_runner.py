@@ -30,7 +30,9 @@ class FakeSessionRunner:
     def _log(self, event: str, spec: SessionSpec) -> None:
         if self.log_path is None:
             return
-        line = json.dumps({"event": event, "session": spec.session_id, "attempt": spec.attempt, "pid": os.getpid()})
+        line = json.dumps(
+            {"event": event, "session": spec.session_id, "attempt": spec.attempt, "pid": os.getpid()}
+        )
         fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode())

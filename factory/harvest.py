@@ -64,8 +64,10 @@ class Service:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float) -> None:
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -116,7 +118,9 @@ def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str,
         model = str(models["data"][0]["id"])
         pport = opts.proxy_port or free_port()
         proxy = f"http://127.0.0.1:{pport}"
-        console.print(f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {opts.data_dir}/calls")
+        console.print(
+            f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {opts.data_dir}/calls"
+        )
         svc = Service(
             "proxy",
             [py, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1", "--port", str(pport),
@@ -140,10 +144,10 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
     from factory import sample
     from factory.export import export
     from factory.fake_runner import FakeSessionRunner
-    from factory.runner_types import SessionRunner
-    from factory.plan import LANGS, AGENTS, PlanConfig, parse_mix, plan
+    from factory.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
     from factory.progress import Progress
     from factory.runner import RunConfig, Runner
+    from factory.runner_types import SessionRunner
     from factory.sandbox_runner import SandboxSessionRunner, build_image, ensure_docker
     from factory.translate import Translator, translate_missing
 
@@ -172,10 +176,12 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         summary["issues_new"], summary["repos_missing"] = rep.issues_new, rep.missing
     else:
         got = sample.install(sessions, opts.data_dir / "sample-repos")
-        console.print(f"[bold]issues[/] bundled offline sample: +{got['issues']} issues, +{got['translations']} Korean")
+        console.print(
+            f"[bold]issues[/] bundled offline sample: +{got['issues']} issues, +{got['translations']} Korean"
+        )
         summary["issues_new"] = got["issues"]
 
-    with services(opts, console) as (proxy, target, model):
+    with services(opts, console) as (proxy, _target, model):
         # 2. translations (tagged: kept out of the agent data)
         tr = Translator(f"{proxy}/s/translate/v1", model=model)
         counts = translate_missing(sessions, tr, limit=opts.translate_limit)
@@ -189,15 +195,21 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         if opts.runner == "fake":
             session_runner = FakeSessionRunner(calls=2, model=model)
         else:
-            console.print("[bold]docker[/] ensuring the engine and the agents image (the first build takes minutes)")
+            console.print(
+                "[bold]docker[/] ensuring the engine and the agents image (the first build takes minutes)"
+            )
             ensure_docker()
             image = opts.image or build_image(lambda line: console.print(f"  {line}"))
-            session_runner = SandboxSessionRunner(image=image, model=model, time_limit_s=opts.session_timeout_s)
+            session_runner = SandboxSessionRunner(
+                image=image, model=model, time_limit_s=opts.session_timeout_s
+            )
         # 5. run
         runner = Runner(
             sessions,
             session_runner,
-            RunConfig(proxy_url=proxy, data_dir=opts.data_dir, concurrency=opts.concurrency, limit=opts.limit),
+            RunConfig(
+                proxy_url=proxy, data_dir=opts.data_dir, concurrency=opts.concurrency, limit=opts.limit
+            ),
         )
         progress = Progress(console, proxy_url=proxy)
         with progress.live():
@@ -227,8 +239,22 @@ def print_summary(console: Console, summary: dict[str, object], es: object) -> N
         t.add_column(col, justify="right" if col not in ("agent", "language") else "left")
     for cell, c in sorted(es.by_cell.items()):
         agent, lang = cell.split("/")
-        t.add_row(agent, lang, str(c["sessions"]), str(c["calls"]), f"{c['prompt_tokens']:,}", f"{c['completion_tokens']:,}")
+        t.add_row(
+            agent,
+            lang,
+            str(c["sessions"]),
+            str(c["calls"]),
+            f"{c['prompt_tokens']:,}",
+            f"{c['completion_tokens']:,}",
+        )
     tot = es.totals()
-    t.add_row("all", "", str(tot["sessions"]), str(tot["calls"]), f"{tot['prompt_tokens']:,}", f"{tot['completion_tokens']:,}")
+    t.add_row(
+        "all",
+        "",
+        str(tot["sessions"]),
+        str(tot["calls"]),
+        f"{tot['prompt_tokens']:,}",
+        f"{tot['completion_tokens']:,}",
+    )
     console.print(t)
     console.print(f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}")

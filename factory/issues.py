@@ -173,11 +173,17 @@ def harvest(
     report = HarvestReport()
     with sessions() as s:
         repos = [
-            r for r in s.scalars(select(Repo).where(Repo.source == "github").order_by(Repo.id))
+            r
+            for r in s.scalars(select(Repo).where(Repo.source == "github").order_by(Repo.id))
             if r.name.lower() in entries
         ]
         states = [
-            _RepoState(r.id, r.name, r.issues_since, set(s.scalars(select(Issue.number).where(Issue.repo_id == r.id))))
+            _RepoState(
+                r.id,
+                r.name,
+                r.issues_since,
+                set(s.scalars(select(Issue.number).where(Issue.repo_id == r.id))),
+            )
             for r in repos[:limit_repos]
         ]
     for st in states:

@@ -35,7 +35,9 @@ class PlanConfig:
         if unknown:
             raise ValueError(f"unknown agent(s) {sorted(unknown)}; choose from {', '.join(AGENTS)}")
         if set(self.langs) - set(LANGS):
-            raise ValueError(f"unknown language(s) {sorted(set(self.langs) - set(LANGS))}; choose from en, ko")
+            raise ValueError(
+                f"unknown language(s) {sorted(set(self.langs) - set(LANGS))}; choose from en, ko"
+            )
         if any(not 0 <= w <= 1 for w in (*self.agents.values(), *self.langs.values())):
             raise ValueError("weights are fractions in [0, 1]")
         if len(self.agents) * len(self.langs) > _SLOTS:
@@ -83,7 +85,11 @@ def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool =
     combos = [(lang, a) for lang in langs for a in agents]
     summary = PlanSummary()
     with sessions.begin() as s:
-        ko_ok = set(s.scalars(select(Translation.issue_id).where(Translation.status == "ok", Translation.lang == "ko")))
+        ko_ok = set(
+            s.scalars(
+                select(Translation.issue_id).where(Translation.status == "ok", Translation.lang == "ko")
+            )
+        )
         existing = set(s.scalars(select(Session.id)))
         rows = s.execute(select(Issue.id, Issue.number, Repo.name).join(Repo).order_by(Issue.id)).all()
         summary.issues, summary.translated = len(rows), len(ko_ok)
@@ -113,7 +119,10 @@ def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool =
             return summary
         s.add_all(new)
         s.flush()
-        for lang, agent, n in s.execute(select(Session.lang, Session.agent, func.count()).group_by(Session.lang, Session.agent)):
-            summary.by_cell[(lang, agent)] = n
+        cells = s.execute(
+            select(Session.lang, Session.agent, func.count()).group_by(Session.lang, Session.agent)
+        )
+        for cell_lang, cell_agent, count in cells:
+            summary.by_cell[(cell_lang, cell_agent)] = count
         summary.total = sum(summary.by_cell.values())
     return summary

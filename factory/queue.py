@@ -82,11 +82,17 @@ def claim(
             if row.lang != "en":
                 t = s.scalar(
                     select(Translation).where(
-                        Translation.issue_id == issue.id, Translation.lang == row.lang, Translation.status == "ok"
+                        Translation.issue_id == issue.id,
+                        Translation.lang == row.lang,
+                        Translation.status == "ok",
                     )
                 )
                 if t is None or t.title is None or t.body is None:
-                    row.status, row.error, row.finished_at = "failed", f"no accepted {row.lang} translation", now
+                    row.status, row.error, row.finished_at = (
+                        "failed",
+                        f"no accepted {row.lang} translation",
+                        now,
+                    )
                     continue
                 title, body = t.title, t.body
             return Claimed(
@@ -212,13 +218,17 @@ def reclaim_dead_local(sessions: sessionmaker[OrmSession]) -> int:
         dead = []
         for sid, owner in rows:
             try:
-                pid = int(owner.split(":")[1])
+                pid = int((owner or "").split(":")[1])
             except (IndexError, ValueError):
                 continue
             if pid != os.getpid() and not _alive(pid):
                 dead.append(sid)
         if dead:
-            s.execute(update(Session).where(Session.id.in_(dead)).values(lease_expires_at=utcnow() - dt.timedelta(seconds=1)))
+            s.execute(
+                update(Session)
+                .where(Session.id.in_(dead))
+                .values(lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+            )
         return len(dead)
 
 
@@ -236,4 +246,6 @@ def counts(sessions: sessionmaker[OrmSession]) -> dict[str, int]:
     from sqlalchemy import func
 
     with sessions() as s:
-        return {k: int(v) for k, v in s.execute(select(Session.status, func.count()).group_by(Session.status))}
+        return {
+            k: int(v) for k, v in s.execute(select(Session.status, func.count()).group_by(Session.status))
+        }

@@ -15,11 +15,52 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 # SPDX identifiers accepted in repos.yaml (the ones open-source repositories actually use).
 SPDX_IDS = frozenset(
-    """0BSD AFL-3.0 AGPL-3.0-only AGPL-3.0-or-later Apache-2.0 Artistic-2.0 BSD-2-Clause BSD-3-Clause
-    BSD-3-Clause-Clear BSL-1.0 BUSL-1.1 CC0-1.0 CC-BY-4.0 CC-BY-SA-4.0 curl ECL-2.0 EPL-1.0 EPL-2.0 EUPL-1.2
-    GPL-2.0-only GPL-2.0-or-later GPL-3.0-only GPL-3.0-or-later HPND ISC LGPL-2.1-only LGPL-2.1-or-later
-    LGPL-3.0-only LGPL-3.0-or-later MIT MIT-0 MPL-2.0 MS-PL NCSA OFL-1.1 OSL-3.0 PHP-3.01 PostgreSQL
-    PSF-2.0 Unlicense UPL-1.0 Vim WTFPL Zlib""".split()
+    [
+        "0BSD",
+        "AFL-3.0",
+        "AGPL-3.0-only",
+        "AGPL-3.0-or-later",
+        "Apache-2.0",
+        "Artistic-2.0",
+        "BSD-2-Clause",
+        "BSD-3-Clause",
+        "BSD-3-Clause-Clear",
+        "BSL-1.0",
+        "BUSL-1.1",
+        "CC0-1.0",
+        "CC-BY-4.0",
+        "CC-BY-SA-4.0",
+        "curl",
+        "ECL-2.0",
+        "EPL-1.0",
+        "EPL-2.0",
+        "EUPL-1.2",
+        "GPL-2.0-only",
+        "GPL-2.0-or-later",
+        "GPL-3.0-only",
+        "GPL-3.0-or-later",
+        "HPND",
+        "ISC",
+        "LGPL-2.1-only",
+        "LGPL-2.1-or-later",
+        "LGPL-3.0-only",
+        "LGPL-3.0-or-later",
+        "MIT",
+        "MIT-0",
+        "MPL-2.0",
+        "MS-PL",
+        "NCSA",
+        "OFL-1.1",
+        "OSL-3.0",
+        "PHP-3.01",
+        "PostgreSQL",
+        "PSF-2.0",
+        "Unlicense",
+        "UPL-1.0",
+        "Vim",
+        "WTFPL",
+        "Zlib",
+    ]
 )
 DEFAULT_PATH = Path(__file__).resolve().parent.parent / "repos.yaml"
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
@@ -37,9 +78,9 @@ class IssueFilter(BaseModel):
     state: Literal["open", "closed", "all"] = "all"
     labels: list[str] = Field(default_factory=list, description="require all of these labels")
     exclude_labels: list[str] = Field(default_factory=list)
-    min_body_chars: int = Field(80, ge=0)
-    max_body_chars: int = Field(8000, ge=1)
-    max_issues: int = Field(30, ge=0, description="newest N issues kept per repository")
+    min_body_chars: int = Field(default=80, ge=0)
+    max_body_chars: int = Field(default=8000, ge=1)
+    max_issues: int = Field(default=30, ge=0, description="newest N issues kept per repository")
 
 
 class RepoEntry(BaseModel):
@@ -62,7 +103,9 @@ class RepoEntry(BaseModel):
     @classmethod
     def _license(cls, v: str) -> str:
         if v not in SPDX_IDS:
-            raise ValueError(f"{v!r} is not an SPDX id this project knows ({', '.join(sorted(SPDX_IDS)[:6])}, …)")
+            raise ValueError(
+                f"{v!r} is not an SPDX id this project knows ({', '.join(sorted(SPDX_IDS)[:6])}, …)"
+            )
         return v
 
     @property
@@ -76,7 +119,7 @@ class RepoEntry(BaseModel):
 
 class Defaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    issues: IssueFilter = Field(default_factory=IssueFilter)
+    issues: IssueFilter = Field(default_factory=lambda: IssueFilter())
 
 
 class Registry(BaseModel):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import fcntl
 import subprocess
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Iterator
 
 from factory.runner_types import InfraError
 
@@ -55,7 +55,9 @@ class RepoCache:
                 if not has_commit(dest, commit):
                     r = _git("-C", str(dest), "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*")
                     if r.returncode != 0 or not has_commit(dest, commit):
-                        raise InfraError(f"{name}: commit {commit} not found after fetch {r.stderr.strip()[-300:]}")
+                        raise InfraError(
+                            f"{name}: commit {commit} not found after fetch {r.stderr.strip()[-300:]}"
+                        )
             except subprocess.TimeoutExpired as exc:
                 raise InfraError(f"git timed out for {name}") from exc
         return dest

@@ -164,7 +164,12 @@ class Runner:
             if not isinstance(exc, InfraError):
                 detail += "\n" + "".join(traceback.format_exception(exc)[-3:])
             status = queue.retry_later(
-                self.sessions, c, owner, detail, max_attempts=self.cfg.max_attempts, backoff_s=self.cfg.backoff_s
+                self.sessions,
+                c,
+                owner,
+                detail,
+                max_attempts=self.cfg.max_attempts,
+                backoff_s=self.cfg.backoff_s,
             )
             with self._lock:
                 if status == "failed":

@@ -13,7 +13,9 @@ from collections import Counter
 PATTERNS: list[tuple[str, re.Pattern[str], int]] = [
     (
         "private_key",
-        re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----", re.S),
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----", re.S
+        ),
         0,
     ),
     ("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}"), 0),
@@ -44,6 +46,7 @@ def scrub(text: str | None, counts: Counter[str] | None = None) -> tuple[str | N
         return text, 0
     total = 0
     for kind, pattern, group in PATTERNS:
+
         def rep(m: re.Match[str], kind: str = kind, group: int = group) -> str:
             if group == 0:
                 return f"<REDACTED:{kind}>"

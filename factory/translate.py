@@ -33,7 +33,9 @@ TAG = "translation"
 FENCE = re.compile(r"^([ \t]*)(```+|~~~+)[^\n]*\n.*?^\1\2[ \t]*$", re.M | re.S)
 INLINE = re.compile(r"`[^`\n]+`")
 URL = re.compile(r"\bhttps?://[^\s<>()\[\]`\"']+[^\s<>()\[\]`\"'.,;:!?]")
-PATH = re.compile(r"(?<![\w/])(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)+[\w.-]*\w|\b[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|cs|swift|toml|yaml|yml|json|md|txt|cfg|ini|sh|lock|xml|html|css|sql)\b")
+PATH = re.compile(
+    r"(?<![\w/])(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)+[\w.-]*\w|\b[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|cs|swift|toml|yaml|yml|json|md|txt|cfg|ini|sh|lock|xml|html|css|sql)\b"
+)
 IDENT = re.compile(
     r"\b(?:[A-Za-z_][\w]*\.)+[A-Za-z_]\w*(?:\(\))?"  # dotted.names, module.func()
     r"|\b[A-Za-z_]\w*\(\)"  # func()
@@ -245,7 +247,9 @@ def translate_missing(
     def one(row: Any) -> None:
         res = translator.translate_issue(row.title, row.body)
         with sessions.begin() as s:
-            existing = s.scalar(select(Translation).where(Translation.issue_id == row.id, Translation.lang == lang))
+            existing = s.scalar(
+                select(Translation).where(Translation.issue_id == row.id, Translation.lang == lang)
+            )
             t = existing or Translation(issue_id=row.id, lang=lang)
             t.status = "ok" if res.ok else "rejected"
             t.title, t.body, t.reason, t.attempts = res.title, res.body, res.reason, res.attempts

@@ -4,7 +4,7 @@ in ``factory/migrations``; tests check that the two agree."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -27,7 +27,11 @@ def utcnow() -> dt.datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON, dt.datetime: DateTime()}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        dt.datetime: DateTime(),
+    }
 
 
 class Repo(Base):
@@ -110,7 +114,9 @@ class Session(Base):
     not_before: Mapped[dt.datetime] = mapped_column(default=utcnow)  # retry backoff
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_expires_at: Mapped[dt.datetime | None]
-    proxy_session_id: Mapped[str | None] = mapped_column(String(80), index=True)  # /s/{this} of the last attempt
+    proxy_session_id: Mapped[str | None] = mapped_column(
+        String(80), index=True
+    )  # /s/{this} of the last attempt
     planned_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     started_at: Mapped[dt.datetime | None]
     finished_at: Mapped[dt.datetime | None]

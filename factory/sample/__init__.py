@@ -35,7 +35,9 @@ def load() -> list[SampleRepo]:
     out = []
     for f in sorted(HERE.glob("*.yaml")):
         d = yaml.safe_load(f.read_text(encoding="utf-8"))
-        out.append(SampleRepo(d["name"], d["language"], d["license"], d.get("setup"), d["commits"], d["issues"]))
+        out.append(
+            SampleRepo(d["name"], d["language"], d["license"], d.get("setup"), d["commits"], d["issues"])
+        )
     return out
 
 
@@ -94,8 +96,16 @@ def install(sessions: sessionmaker[OrmSession], root: Path) -> dict[str, int]:
         with sessions.begin() as s:
             repo = s.scalar(select(Repo).where(Repo.name == sample.name))
             if repo is None:
-                repo = Repo(name=sample.name, language=sample.language, license=sample.license, source="sample",
-                            clone_url=str(path), setup_hint=sample.setup, status="ok", default_branch="main")
+                repo = Repo(
+                    name=sample.name,
+                    language=sample.language,
+                    license=sample.license,
+                    source="sample",
+                    clone_url=str(path),
+                    setup_hint=sample.setup,
+                    status="ok",
+                    default_branch="main",
+                )
                 s.add(repo)
                 s.flush()
                 counts["repos"] += 1

@@ -174,7 +174,9 @@ class FakeGitHub:
         headers = {"Link": ", ".join(links)} if links else {}
         return self._etagged(chunk, inm, headers)
 
-    def _etagged(self, body: Any, inm: str | None, headers: dict[str, str]) -> tuple[int, Any, dict[str, str]]:
+    def _etagged(
+        self, body: Any, inm: str | None, headers: dict[str, str]
+    ) -> tuple[int, Any, dict[str, str]]:
         etag = 'W/"' + hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest() + '"'
         headers["ETag"] = etag
         if inm == etag:

@@ -27,8 +27,12 @@ def main() -> None:
     sessions = session_factory(connect(a.db))
     fake = FakeSessionRunner(sleep_s=a.sleep, log_path=a.log, infra_failures=json.loads(a.infra))
     cfg = RunConfig(
-        proxy_url="http://127.0.0.1:9", data_dir=a.data_dir, concurrency=a.concurrency, lease_s=a.lease,
-        backoff_s=0.05, poll_s=0.05,
+        proxy_url="http://127.0.0.1:9",
+        data_dir=a.data_dir,
+        concurrency=a.concurrency,
+        lease_s=a.lease,
+        backoff_s=0.05,
+        poll_s=0.05,
     )
     stats = Runner(sessions, fake, cfg).run()
     print(json.dumps({"done": stats.done, "lost": stats.lost_leases}))

@@ -79,14 +79,22 @@ def finished(tmp_path, db_url):
     planted = call(
         done[1].proxy_session_id,
         4000,
-        request_json=json.dumps({"messages": [{"role": "user", "content": f"use key {SECRET_KEY} and\n{SECRET_PK}"}]}),
-        response_json=json.dumps({"choices": [{"message": {"content": f"connecting to {SECRET_URL} as ops@corp.example.com"}}]}),
+        request_json=json.dumps(
+            {"messages": [{"role": "user", "content": f"use key {SECRET_KEY} and\n{SECRET_PK}"}]}
+        ),
+        response_json=json.dumps(
+            {"choices": [{"message": {"content": f"connecting to {SECRET_URL} as ops@corp.example.com"}}]}
+        ),
     )
     rows.append(planted)
     calls_dir = tmp_path / "data" / "calls"
     calls_dir.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows[: len(rows) // 2], schema=PROXY_SCHEMA), calls_dir / "part-a.parquet")
-    pq.write_table(pa.Table.from_pylist(rows[len(rows) // 2 :], schema=PROXY_SCHEMA), calls_dir / "part-b.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(rows[: len(rows) // 2], schema=PROXY_SCHEMA), calls_dir / "part-a.parquet"
+    )
+    pq.write_table(
+        pa.Table.from_pylist(rows[len(rows) // 2 :], schema=PROXY_SCHEMA), calls_dir / "part-b.parquet"
+    )
     (calls_dir / ".part-c.parquet.tmp").write_bytes(b"half written")  # hidden: ignored
     return sessions, tmp_path, done
 
@@ -114,7 +122,8 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
     # Hub layout: data/<config>/<split>-xxxxx-of-xxxxx.parquet and the card's YAML configs
     files = sorted(p.relative_to(out).as_posix() for p in (out / "data").rglob("*.parquet"))
     assert files and all(
-        f.split("/")[2].split("-")[0] in ("train", "test") and f.endswith(".parquet") and "-of-" in f for f in files
+        f.split("/")[2].split("-")[0] in ("train", "test") and f.endswith(".parquet") and "-of-" in f
+        for f in files
     )
     card = (out / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])
@@ -124,7 +133,12 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
 
     # the planted secret is nowhere in what would be published
     everything = all_values(out)
-    for secret in (SECRET_KEY, "Tr0ub4dor3xyz", "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ", "ops@corp.example.com"):
+    for secret in (
+        SECRET_KEY,
+        "Tr0ub4dor3xyz",
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ",
+        "ops@corp.example.com",
+    ):
         assert secret not in everything
     assert "<REDACTED:openai_key>" in everything
 
@@ -171,6 +185,10 @@ def test_push_dry_run_and_upload_path(finished, tmp_path):
 
     api = FakeApi()
     push(out, "org/name", api=api)
-    assert api.calls[0] == ("create_repo", ("org/name",), {"repo_type": "dataset", "exist_ok": True, "private": False})
+    assert api.calls[0] == (
+        "create_repo",
+        ("org/name",),
+        {"repo_type": "dataset", "exist_ok": True, "private": False},
+    )
     assert api.calls[1][2] == {"repo_id": "org/name", "folder_path": str(out), "repo_type": "dataset"}
     assert os.path.exists(out / "README.md")

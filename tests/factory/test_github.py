@@ -66,7 +66,13 @@ def test_secondary_limit_without_retry_after_backs_off_exponentially(gh):
 def test_primary_limit_exhausted_waits_for_reset(gh):
     gh.add(FakeRepo("o/r"))
     now = 1_000_000.0
-    gh.failures = [(403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(now) + 30)}, "API rate limit exceeded")]
+    gh.failures = [
+        (
+            403,
+            {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(now) + 30)},
+            "API rate limit exceeded",
+        )
+    ]
     sleeps = Sleeps()
     client(gh, sleep=sleeps, clock=lambda: now).repo("o/r")
     assert sleeps == [31.0]
@@ -112,7 +118,11 @@ def test_base_commit_is_branch_head_at_issue_creation(gh):
     gh.add(
         FakeRepo(
             "o/r",
-            commits=[("c3", "2024-03-01T00:00:00Z"), ("c2", "2024-02-01T00:00:00Z"), ("c1", "2024-01-01T00:00:00Z")],
+            commits=[
+                ("c3", "2024-03-01T00:00:00Z"),
+                ("c2", "2024-02-01T00:00:00Z"),
+                ("c1", "2024-01-01T00:00:00Z"),
+            ],
         )
     )
     c = client(gh)

@@ -50,8 +50,11 @@ def test_harvest_with_scripted_sessions(tmp_path, upstream, monkeypatch):
                     "the last word is cut in the middle and the ellipsis is placed after it.",
                     created_at="2024-05-01T00:00:00Z", updated_at="2024-05-01T00:00:00Z", base_commit=base))  # fmt: skip
 
-    opts = HarvestOptions(data_dir=data, target_url=upstream, runner="fake", limit=6, concurrency=2, held_out=0.0)
-    summary = run_harvest(opts, Console(file=open(tmp_path / "console.txt", "w"), width=120))
+    opts = HarvestOptions(
+        data_dir=data, target_url=upstream, runner="fake", limit=6, concurrency=2, held_out=0.0
+    )
+    with open(tmp_path / "console.txt", "w") as fh:
+        summary = run_harvest(opts, Console(file=fh, width=120))
 
     assert summary["run"]["done"] == 6
     assert summary["translated"] == {"ok": 0, "rejected": 1}  # the scripted model answers in English

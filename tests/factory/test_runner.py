@@ -37,8 +37,17 @@ def setup_db(url: str, tmp_path: Path, repos: int = 2, issues: int = 3) -> tuple
 
 
 def spawn(url: str, tmp_path: Path, log: Path, **kw) -> subprocess.Popen:
-    args = [sys.executable, "-m", "tests.factory.run_fake", "--db", url, "--data-dir", str(tmp_path / "data"),
-            "--log", str(log)]
+    args = [
+        sys.executable,
+        "-m",
+        "tests.factory.run_fake",
+        "--db",
+        url,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--log",
+        str(log),
+    ]
     for k, v in kw.items():
         args += [f"--{k}", str(v)]
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -49,7 +58,7 @@ def test_concurrent_processes_never_run_a_session_twice(tmp_path, db_url):
     log = tmp_path / "runs.jsonl"
     procs = [spawn(db_url, tmp_path, log, concurrency=4, sleep=0.01) for _ in range(3)]
     for p in procs:
-        out, err = p.communicate(timeout=240)
+        _out, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
     starts = Counter(e["session"] for e in events(log) if e["event"] == "start")
     assert len(starts) == total and set(starts.values()) == {1}
@@ -74,7 +83,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path, db_url):
     # the leases are 600 s: resuming at once proves the dead runner's leases were reclaimed
     t0 = time.time()
     p2 = spawn(db_url, tmp_path, log, concurrency=3, sleep=0.0)
-    out, err = p2.communicate(timeout=120)
+    _out, err = p2.communicate(timeout=120)
     assert p2.returncode == 0, err
     assert time.time() - t0 < 60
     assert queue.counts(sessions) == {"done": total}
@@ -96,8 +105,14 @@ def test_infra_failures_retry_with_backoff_then_fail(tmp_path, sqlite_url):
         ids = list(s.scalars(select(Session.id).order_by(Session.priority)))
     flaky, broken = ids[0], ids[1]
     fake = FakeSessionRunner(infra_failures={flaky: 1, broken: 99})
-    cfg = RunConfig(proxy_url="http://x", data_dir=tmp_path / "d", concurrency=2, backoff_s=0.2, poll_s=0.05,
-                    max_attempts=3)
+    cfg = RunConfig(
+        proxy_url="http://x",
+        data_dir=tmp_path / "d",
+        concurrency=2,
+        backoff_s=0.2,
+        poll_s=0.05,
+        max_attempts=3,
+    )
     t0 = time.monotonic()
     stats = Runner(sessions, fake, cfg).run()
     assert time.monotonic() - t0 >= 0.2 + 0.4  # the broken one waited 0.2 s, then 0.4 s
@@ -133,5 +148,15 @@ def test_limit_and_lost_lease(tmp_path, sqlite_url):
     other = queue.claim(sessions, "thief", lease_s=60, max_attempts=3)
     assert other is not None and other.id == c.id and other.attempt == 2
     now = utcnow()
-    assert not queue.finish(sessions, c, "me", exit_status=0, patch="", transcript_path=None,
-                            agent_session_id=None, error=None, started_at=now, finished_at=now)
+    assert not queue.finish(
+        sessions,
+        c,
+        "me",
+        exit_status=0,
+        patch="",
+        transcript_path=None,
+        agent_session_id=None,
+        error=None,
+        started_at=now,
+        finished_at=now,
+    )

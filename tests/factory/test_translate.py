@@ -56,8 +56,14 @@ def translator(model: FakeModel, **kw) -> Translator:
 def test_mask_protects_code_urls_paths_identifiers_and_roundtrips():
     masked, spans = mask(BODY)
     assert "```python\nfrom foo import Client\nClient().fetch()  # hangs forever\n```" in spans
-    for protected in ("`client.fetch()`", "https://example.com/docs/setup.html", "src/foo/cli.py", "--verbose",
-                      "`retry_count`", "parse_config()"):
+    for protected in (
+        "`client.fetch()`",
+        "https://example.com/docs/setup.html",
+        "src/foo/cli.py",
+        "--verbose",
+        "`retry_count`",
+        "parse_config()",
+    ):
         assert protected in spans, protected
         assert protected not in masked
     assert unmask(masked, spans) == BODY
@@ -78,7 +84,7 @@ def test_good_translation_keeps_code_byte_identical_and_is_tagged():
 def test_retry_with_reason_then_success():
     drop_one = lambda m: fake_korean(m).replace("⟦0⟧", "", 1)  # noqa: E731
     model = FakeModel(drop_one, fake_korean)
-    text, attempts = translator(model).translate_text(BODY)
+    _text, attempts = translator(model).translate_text(BODY)
     assert attempts == 2
     second = json.loads([r for r in model.requests if r.url.path.endswith("/chat/completions")][1].content)
     assert any("rejected" in m["content"] and "⟦0⟧" in m["content"] for m in second["messages"])
