@@ -36,19 +36,21 @@ def test_translated_claude_code_request_ids_equal_the_targets_rendering(tmp_path
         "--max-model-len",
         "40000",
     ]
-    with background(serve, f"http://127.0.0.1:{port}/health", timeout=180):
-        with proxy_server(f"http://127.0.0.1:{port}", tmp_path / "data", "--upstream-api", "chat") as proxy:
-            headers = {
-                k: v
-                for k, v in capture["headers"]
-                if k in ("user-agent", "anthropic-version", "anthropic-beta", "x-claude-code-session-id")
-            }
-            r = httpx.post(
-                f"{proxy.url}/s/standin/v1/messages?beta=true", json=body, headers=headers, timeout=300
-            )
-            assert r.status_code == 200, r.text[:500]
-            assert "message_stop" in r.text
-            (row,) = proxy.rows(session_id="standin")
+    with (
+        background(serve, f"http://127.0.0.1:{port}/health", timeout=180),
+        proxy_server(f"http://127.0.0.1:{port}", tmp_path / "data", "--upstream-api", "chat") as proxy,
+    ):
+        headers = {
+            k: v
+            for k, v in capture["headers"]
+            if k in ("user-agent", "anthropic-version", "anthropic-beta", "x-claude-code-session-id")
+        }
+        r = httpx.post(
+            f"{proxy.url}/s/standin/v1/messages?beta=true", json=body, headers=headers, timeout=300
+        )
+        assert r.status_code == 200, r.text[:500]
+        assert "message_stop" in r.text
+        (row,) = proxy.rows(session_id="standin")
     sent = json.loads(row["upstream_request_json"])
     target = load_target("tiny-qwen3")
     expected = target.render(sent["messages"], sent.get("tools"))
