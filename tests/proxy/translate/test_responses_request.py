@@ -59,7 +59,7 @@ def test_developer_and_system_messages_lead_as_one_system_message() -> None:
     ]
     n = notes(t)
     assert n["input[*](role=developer)"] == ("mapped", "sent as a system message", 2)
-    assert n["instructions+input[*](role=system|developer)"][0] == "mapped"
+    assert n["input[*](role=system|developer)"][0] == "mapped"
 
 
 def test_later_system_message_stays_in_place() -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from proxy.translate import (
     SSETokenIdStripper,
     TokenIdCollector,
+    ask_token_ids,
     pop_token_ids,
     read_token_ids,
     strip_token_ids_bytes,
@@ -81,7 +82,7 @@ def test_strip_bytes_positions() -> None:
 
 
 def test_strip_bytes_never_touches_text_that_looks_like_the_field() -> None:
-    tricky = {
+    tricky: dict[str, Any] = {
         "choices": [
             {
                 "index": 0,
@@ -144,3 +145,11 @@ def test_stripper_holds_a_partial_line_until_its_end() -> None:
     assert stripper.feed(b'data: {"a":1,"token_ids":[1,') == b""
     assert stripper.feed(b"2]}\n\n") == b'data: {"a":1}\n\n'
     assert stripper.flush() == b""
+
+
+def test_ask_token_ids_for_native_chat() -> None:
+    body = {"model": "m", "messages": []}
+    sent, client_asked = ask_token_ids(body)
+    assert sent == {"model": "m", "messages": [], "return_token_ids": True} and not client_asked
+    assert "return_token_ids" not in body
+    assert ask_token_ids({**body, "return_token_ids": True})[1] is True
