@@ -60,7 +60,10 @@ class _Translating:
         self.request = request
         self.upstream_body = json.dumps(translated.request, ensure_ascii=False).encode()
         call.translated = True
-        call.dropped_fields = [f"{n.path}: {n.action} ({n.detail})" for n in translated.dropped]
+        call.dropped_fields = [
+            f"{n.path}: {n.action} ({n.detail})" + (f" x{n.count}" if n.count > 1 else "")
+            for n in translated.dropped
+        ]
 
     def end(self) -> bytes:
         return self._stream.end_bytes()

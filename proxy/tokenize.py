@@ -19,7 +19,7 @@ TOKENIZE_FLAG = "tokenize"
 
 
 def tokenize_request(call: Call) -> dict[str, Any] | None:
-    from proxy.translate import count_tokens_to_tokenize_request, responses_to_chat_request
+    from proxy.translate import count_tokens_to_tokenize_request, responses_to_tokenize_request
 
     try:
         body = json.loads(call.request_body)
@@ -28,11 +28,7 @@ def tokenize_request(call: Call) -> dict[str, Any] | None:
     if call.api == "anthropic_messages":
         return count_tokens_to_tokenize_request(body).request
     if call.api == "openai_responses":
-        chat = responses_to_chat_request(body).request
-        req = {"model": chat.get("model"), "messages": chat["messages"], "add_generation_prompt": True}
-        if chat.get("tools"):
-            req["tools"] = chat["tools"]
-        return req
+        return responses_to_tokenize_request(body).request
     return None
 
 
