@@ -175,3 +175,24 @@ def test_tokenize_native_fills_prompt_ids_when_the_record_rolls(upstream, tmp_pa
     for api in ("anthropic_messages", "openai_responses"):
         assert rows[api]["token_ids_source"] == "tokenize" and rows[api]["prompt_token_ids"], api
         assert not rows[api]["translated"]
+
+
+def test_two_proxies_share_one_data_dir_and_metrics_count_them(upstream, tmp_path):
+    path, body = REQUESTS["anthropic_messages"]
+    data = tmp_path / "shared"
+    with proxy_server(upstream, data) as a, proxy_server(upstream, data) as b:
+        for i, p in enumerate([a, b, a, b]):
+            assert httpx.post(f"{p.url}/s/shared-{i}{path}", json=body, timeout=30).status_code == 200
+        metrics = httpx.get(f"{a.url}/metrics").text
+        rows = a.rows()
+    assert sorted(r["session_id"] for r in rows) == [f"shared-{i}" for i in range(4)]
+    assert len({r["proxy_id"] for r in rows}) == 2
+    for series in (
+        'dflash_proxy_requests_total{route="anthropic_messages",status="200"} 2.0',
+        "dflash_proxy_records_written 2.0",
+        "dflash_proxy_in_flight 0.0",
+        "dflash_proxy_time_to_first_byte_seconds_count 2.0",
+        "dflash_proxy_spool_depth",
+        "dflash_proxy_response_bytes_total",
+    ):
+        assert series in metrics, series
