@@ -37,11 +37,17 @@ MACHINE_GIB = 24
 STEPS = ("network", "create", "start", "copy_repo", "patch", "teardown")
 
 
-def mem_available_mib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no MemAvailable in /proc/meminfo")
+def shim_mib(cid: str) -> float:
+    """RSS of the containerd shim that holds one container: the host's own cost per container."""
+    for proc in Path("/proc").iterdir():
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            if args and b"containerd-shim" in args[0] and cid.encode() in args:
+                rss = next(x for x in (proc / "status").read_text().splitlines() if x.startswith("VmRSS:"))
+                return int(rss.split()[1]) / 1024
+        except OSError:
+            continue  # the process ended while we looked
+    return 0.0
 
 
 def container_mib(client: docker.DockerClient, cid: str) -> float:
@@ -84,8 +90,7 @@ def overhead(client: docker.DockerClient, image: str, proxy: str, run_id: str, n
     }
 
 
-def hold(client: docker.DockerClient, image: str, proxy: str, run_id: str, k: int) -> dict[str, object]:
-    before = mem_available_mib()
+def hold(client: docker.DockerClient, image: str, proxy: str, run_id: str, k: int) -> dict[str, float]:
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         boxes = []
@@ -94,20 +99,22 @@ def hold(client: docker.DockerClient, image: str, proxy: str, run_id: str, k: in
             boxes.append(stack.enter_context(Sandbox(spec, client)))
         opened = time.monotonic() - started
         time.sleep(2)
-        per = [container_mib(client, b.container.id) for b in boxes if b.container is not None]
-        held_cost = (before - mem_available_mib()) / k
+        ids = [b.container.id for b in boxes if b.container is not None]
+        per = [container_mib(client, cid) for cid in ids]
+        shims = [shim_mib(cid) for cid in ids]
         subnets = len({b.net.gateway for b in boxes})
     return {
         "held": k,
         "distinct_networks": subnets,
         "open_s": round(opened, 1),
         "idle_container_mib_median": round(statistics.median(per), 1),
-        "host_mib_per_sandbox": round(held_cost, 1),
+        "shim_mib_median": round(statistics.median(shims), 1),
+        "host_mib_per_sandbox": round(statistics.median(per) + statistics.median(shims), 1),
     }
 
 
 def agents(client: docker.DockerClient, image: str, proxy: str, run_id: str) -> dict[str, dict[str, object]]:
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     for agent in ("claude-code", "codex", "opencode"):
         req = SessionRequest(
             agent=agent,
@@ -145,6 +152,8 @@ def main() -> None:
     data_dir = tempfile.TemporaryDirectory(prefix="bench-proxy-")
     upstream_args = ["-m", "tests.fakes.scripted_upstream", "--port", str(up)]
     proxy_args = ["-m", "proxy", "serve", "--upstream", f"http://127.0.0.1:{up}", "--port", str(px)]
+    held: dict[str, float] = {}
+    peaks: dict[str, dict[str, object]] = {}
     try:
         with (
             background(upstream_args, f"http://127.0.0.1:{up}/health"),
@@ -152,21 +161,21 @@ def main() -> None:
         ):
             proxy = f"http://127.0.0.1:{px}"
             results["overhead_s"] = overhead(client, image, proxy, run_id, args.sessions)
-            results["hold"] = hold(client, image, proxy, run_id, args.hold)
-            if args.agents:
-                results["agents"] = agents(client, image, proxy, run_id)
+            held = hold(client, image, proxy, run_id, args.hold)
+            peaks = agents(client, image, proxy, run_id) if args.agents else {}
     finally:
         collect(client, run_id=run_id, everything=True)
         data_dir.cleanup()
+    results["hold"], results["agents"] = held, peaks
     results["load_avg_1m_end"] = os.getloadavg()[0]
-    budget = MACHINE_GIB * 1024 * 0.9  # leave a tenth to the host, the proxy and dockerd
-    held = results["hold"]
-    assert isinstance(held, dict)
-    results["fit_in_24GiB"] = {"idle": int(budget // max(held["host_mib_per_sandbox"], 1.0))}
-    for agent, row in (results.get("agents") or {}).items():  # type: ignore[union-attr]
-        if row["peak_mib"]:
-            per = row["peak_mib"] + max(held["host_mib_per_sandbox"] - held["idle_container_mib_median"], 0)
-            results["fit_in_24GiB"][agent] = int(budget // per)  # type: ignore[index]
+    # What fits in the machine's memory, leaving a tenth to the host, the proxy and dockerd: an idle sandbox
+    # costs its cgroup plus its shim; a working one its agent's peak (cgroup, page cache included) plus the shim.
+    budget = MACHINE_GIB * 1024 * 0.9
+    fit = {"idle": int(budget // max(held["host_mib_per_sandbox"], 0.1))}
+    for agent, row in peaks.items():
+        if isinstance(row["peak_mib"], float):
+            fit[agent] = int(budget // (row["peak_mib"] + held["shim_mib_median"]))
+    results["fit_in_24GiB"] = fit
     text = json.dumps(results, indent=1)
     print(text)
     if args.json:

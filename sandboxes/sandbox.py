@@ -9,10 +9,11 @@ import contextlib
 import hashlib
 import io
 import math
-import subprocess
 import tarfile
+import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from types import TracebackType
@@ -25,8 +26,10 @@ from sandboxes.config import SandboxSettings
 from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
 from sandboxes.relay import TcpRelay
+from sandboxes.repo import checkout_tar
 
-GIT_ID = ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost", "-c", "safe.directory=*"]
+AGENT_UID = 1000  # the image's `agent` user
+NO_RESOLVER = "nameserver 127.0.0.1\n"
 KILLED = 137  # 128 + SIGKILL: what `timeout -s KILL` and the OOM killer both leave
 
 
@@ -53,6 +56,13 @@ class SandboxSpec:
 
 def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _resolv_conf() -> Path:
+    path = Path(tempfile.gettempdir()) / "dflash-sandbox-resolv.conf"
+    if not path.exists() or path.read_text() != NO_RESOLVER:
+        path.write_text(NO_RESOLVER)
+    return path
 
 
 def _tar_file(name: str, data: bytes, uid: int) -> bytes:
@@ -117,6 +127,20 @@ class Sandbox:
         self.timings[name] = round(time.monotonic() - start, 4)
 
     def _setup(self) -> None:
+        # The repository is prepared on the host while the network and container come up.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            wd = PurePosixPath(self.settings.workdir)
+            prepared = pool.submit(checkout_tar, self.spec.repo, self.spec.commit, wd.name, AGENT_UID)
+            try:
+                self._start_container()
+            except BaseException:
+                prepared.cancel()
+                raise
+            t = time.monotonic()
+            self._copy_repo(prepared)
+            self._timed("copy_repo", t)
+
+    def _start_container(self) -> None:
         t = time.monotonic()
         gateway = self.net.create()
         self.relay.listen_host = gateway
@@ -142,6 +166,9 @@ class Sandbox:
             security_opt=["no-new-privileges"],
             sysctls={"net.ipv6.conf.all.disable_ipv6": "1"},
             environment={"HOME": f"/home/{s.user}"},
+            # No resolver inside: lookups fail at once instead of timing out on Docker's embedded one
+            # (which can reach nothing from an internal network either).
+            volumes={str(_resolv_conf()): {"bind": "/etc/resolv.conf", "mode": "ro"}},
         )
         self._timed("create", t)
         t = time.monotonic()
@@ -151,9 +178,6 @@ class Sandbox:
         self._watchdog.daemon = True
         self._watchdog.start()
         self._timed("start", t)
-        t = time.monotonic()
-        self._copy_repo()
-        self._timed("copy_repo", t)
 
     def _expire(self) -> None:
         self.expired = True
@@ -262,43 +286,14 @@ class Sandbox:
             return None
         return round(int(out) / (1 << 20), 1) if out.isdigit() else None
 
-    def _copy_repo(self) -> None:
-        """`git archive` of the base commit only: the sandbox must not hold the repository's future."""
-        wd = PurePosixPath(self.settings.workdir)
-        archive = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(self.spec.repo),
-                "archive",
-                "--format=tar",
-                f"--prefix={wd.name}/",
-                self.spec.commit,
-            ],
-            capture_output=True,
-            check=False,
-        )
-        if archive.returncode != 0:
-            raise ValueError(
-                f"git archive {self.spec.commit} in {self.spec.repo}: {archive.stderr.decode().strip()}"
-            )
+    def _copy_repo(self, prepared: Future[tuple[bytes, str]]) -> None:
         assert self.container is not None
-        self.container.put_archive(str(wd.parent), archive.stdout)
-        user = self.settings.user
-        gitconfig = "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n"
-        self.container.put_archive(f"/home/{user}", _tar_file(".gitconfig", gitconfig.encode(), uid=1000))
-        # One exec as root: DNS pointed at nothing (lookups fail at once instead of timing out on the
-        # unreachable embedded resolver), a fresh history of one commit, the tree handed to the agent user.
-        g = "git " + " ".join(GIT_ID)
-        script = (
-            "echo 'nameserver 127.0.0.1' > /etc/resolv.conf && "
-            f'git init -q && {g} add -A && {g} commit -q --allow-empty -m "base $BASE_REV" '
-            f"&& chown -R {user}:{user} . && {g} rev-parse HEAD"
+        tar, self.base_sha = prepared.result()
+        self.container.put_archive(str(PurePosixPath(self.settings.workdir).parent), tar)
+        gitconfig = "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n[safe]\n\tdirectory = *\n"
+        self.container.put_archive(
+            f"/home/{self.settings.user}", _tar_file(".gitconfig", gitconfig.encode(), AGENT_UID)
         )
-        res = self.exec(["sh", "-c", script], user="root", env={"BASE_REV": self.spec.commit})
-        if res.exit_code != 0:
-            raise RuntimeError(f"git init in sandbox failed: {res.stderr.decode()}")
-        self.base_sha = res.stdout.decode().strip()
 
     def patch(self) -> bytes:
         """Everything the agent changed against the base commit, binary files included."""

@@ -111,10 +111,10 @@ def leftovers(client, run_id: str) -> dict[str, list[str]]:  # type: ignore[no-u
 
     flt = {"label": f"{labels.RUN}={run_id}"}
     networks = [n.name for n in client.networks.list(filters=flt)]
+    existing = {n.name for n in client.networks.list(filters={"label": labels.ROOT})}
     return {
         "containers": [c["Names"][0].lstrip("/") for c in client.api.containers(all=True, filters=flt)],
         "networks": networks,
-        "rules": [
-            spec for _, name, spec in tagged_rules() if name.startswith("dflash-sbx-") and name in networks
-        ],
+        # This run's rules, and any rule whose network is gone (a teardown that forgot its rules).
+        "rules": [spec for _, name, spec in tagged_rules() if name in networks or name not in existing],
     }

@@ -144,3 +144,54 @@ def test_session_id_from_a_real_transcript_matches_the_cli_header(name: str) -> 
     pairs = headers.items() if isinstance(headers, dict) else headers
     sent = {k.lower(): v for k, v in pairs}[SESSION_HEADERS[name]]
     assert get_agent(name).session_id(events) == sent
+
+
+def test_checkout_tar_holds_the_base_tree_and_no_history(tmp_path: Path) -> None:
+    import io
+    import subprocess
+    import tarfile
+
+    from sandboxes.repo import checkout_tar
+
+    src = tmp_path / "src"
+    src.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(src), *args], check=True, capture_output=True, text=True, env=env
+        ).stdout.strip()
+
+    git("init", "-q")
+    (src / "a.txt").write_text("base\n")
+    (src / "run.sh").write_text("#!/bin/sh\n")
+    (src / "run.sh").chmod(0o755)
+    git("add", "-A")
+    git("commit", "-q", "-m", "one")
+    base = git("rev-parse", "HEAD")
+    (src / "future.txt").write_text("fix\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "two")
+    data, head = checkout_tar(src, "HEAD~1", "repo", uid=1000)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = tar.getnames()
+        assert {m.uid for m in tar.getmembers()} == {1000}
+        assert tar.getmember("repo/run.sh").mode & 0o111, "the executable bit survives"
+        tar.extractall(tmp_path / "out", filter="tar")
+    assert "repo/a.txt" in names and "repo/future.txt" not in names
+    out = tmp_path / "out" / "repo"
+    log = subprocess.run(
+        ["git", "-c", "safe.directory=*", "-C", str(out), "log", "--all", "--format=%H %s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert log == f"{head} base {base}", "one commit, naming the base, and nothing after it"
+    with pytest.raises(ValueError, match="not a commit"):
+        checkout_tar(src, "no-such-rev", "repo", uid=1000)
