@@ -299,6 +299,7 @@ def harvest(
     target_model: Annotated[
         str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")
     ] = "smollm2",
+    target_max_model_len: Annotated[int, typer.Option(help="Context the CPU stand-in accepts")] = 65536,
     held_out: Annotated[float, typer.Option()] = 0.05,
     image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
     runner: Annotated[str, typer.Option(help="sandbox, or fake (scripted sessions, no Docker)")] = "sandbox",
@@ -310,7 +311,7 @@ def harvest(
         data_dir=data_dir, db=db, target_url=target_url or None, github_token=github_token or None, limit=limit,
         concurrency=concurrency, agents=agents, langs=langs, seed=seed, repos_limit=repos_limit,
         translate_limit=translate_limit, session_timeout_s=session_timeout, target_model=target_model,
-        held_out=held_out, image=image, runner=runner,
+        held_out=held_out, image=image, runner=runner, target_max_model_len=target_max_model_len,
     )  # fmt: skip
     summary = run_harvest(opts, console)
     print(json.dumps(summary, default=str))

@@ -31,6 +31,10 @@ class HarvestOptions:
     db: str | None = None
     target_url: str | None = None  # unset: start the CPU stand-in target
     target_model: str = "smollm2"
+    # The agents ask for up to 32,000 completion tokens; a stand-in with its native 8,192-token context
+    # rejects every such call (as vLLM would). A longer limit lets the calls through; generation still
+    # ends at EOS or when the session's time is up.
+    target_max_model_len: int = 65536
     github_token: str | None = None
     limit: int = 6
     concurrency: int = 2
@@ -107,7 +111,18 @@ def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str,
             console.print(f"[bold]target[/] starting the CPU stand-in ({opts.target_model}) on {target}")
             svc = Service(
                 "target",
-                [py, "-m", "trainer", "serve-target", "--model", opts.target_model, "--port", str(port)],
+                [
+                    py,
+                    "-m",
+                    "trainer",
+                    "serve-target",
+                    "--model",
+                    opts.target_model,
+                    "--port",
+                    str(port),
+                    "--max-model-len",
+                    str(opts.target_max_model_len),
+                ],
                 f"{target}/health",
                 logs,
             )
