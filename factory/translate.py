@@ -185,7 +185,8 @@ class Translator:
                 "model": self.model,
                 "messages": messages,
                 "temperature": temperature,
-                "max_tokens": self.max_tokens,
+                # room for a Korean version (more tokens per character than English), not for a ramble
+                "max_tokens": min(self.max_tokens, 256 + 2 * len(masked)),
                 "stream": False,
             },
         )

@@ -178,3 +178,11 @@ def test_harvest_filters_records_base_commits_and_reports_404(gh, db_url):
     assert report.issues_new == 1  # max_issues=3
     with sessions() as s:
         assert sorted(s.scalars(select(Issue.number))) == [1, 6, 8]
+
+
+def test_server_errors_are_retried(gh):
+    gh.add(FakeRepo("o/r"))
+    gh.failures = [(502, {}, "Bad Gateway"), (503, {}, "unavailable")]
+    sleeps = Sleeps()
+    assert client(gh, sleep=sleeps).repo("o/r")["full_name"] == "o/r"
+    assert sleeps == [1.0, 2.0]

@@ -1,0 +1,49 @@
+"""The `python -m factory` command line on the pieces that need no services."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from factory.cli import app
+
+from .fake_github import FakeGitHub, FakeRepo
+
+runner = CliRunner()
+
+
+def test_repos_check_valid_and_invalid(tmp_path):
+    r = runner.invoke(app, ["repos", "check"])
+    assert r.exit_code == 0, r.output
+    bad = tmp_path / "repos.yaml"
+    bad.write_text("repos:\n  - {name: a/b, language: Python, license: Beerware}\n")
+    r = runner.invoke(app, ["repos", "check", "--path", str(bad)])
+    assert r.exit_code == 1 and "repos[0] (a/b).license" in r.output
+
+
+def test_repos_check_online_reports_404s(tmp_path):
+    f = tmp_path / "repos.yaml"
+    f.write_text(
+        "repos:\n  - {name: o/r, language: Go, license: MIT}\n  - {name: gone/away, language: Go, license: MIT}\n"
+    )
+    with FakeGitHub() as gh:
+        gh.add(FakeRepo("o/r"))
+        r = runner.invoke(app, ["repos", "check", "--path", str(f), "--online", "--api-url", gh.url])
+    assert (
+        r.exit_code == 1 and "404" in r.output and "gone/away" in r.output and "1 of 2 not found" in r.output
+    )
+
+
+def test_sample_plan_status_and_push_dry_run(tmp_path):
+    d = str(tmp_path / "data")
+    assert runner.invoke(app, ["sample", "--data-dir", d]).exit_code == 0
+    r = runner.invoke(app, ["plan", "--data-dir", d, "--agents", "codex,opencode", "--langs", "ko"])
+    assert r.exit_code == 0, r.output
+    assert "6 issues, 6 with Korean; +12 new" in r.output
+    r = runner.invoke(app, ["plan", "--data-dir", d, "--agents", "cursor"])
+    assert r.exit_code != 0
+    r = runner.invoke(app, ["status", "--data-dir", d])
+    assert '"pending": 12' in r.output
+    r = runner.invoke(app, ["export", "--data-dir", d])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["push", "--repo-id", "org/x", "--data-dir", d, "--dry-run"])
+    assert r.exit_code == 0 and "README.md" in r.output and "would upload" in r.output
