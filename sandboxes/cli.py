@@ -35,6 +35,8 @@ def cmd_gc(args: argparse.Namespace) -> None:
 
 
 def cmd_try(args: argparse.Namespace) -> None:
+    from docker.errors import ImageNotFound
+
     from sandboxes.images.build import build_agents
     from sandboxes.session import SessionRequest, run_session
 
@@ -57,7 +59,11 @@ def cmd_try(args: argparse.Namespace) -> None:
         req.session_id = args.session
     if args.run:
         req.run_id = args.run
-    result = run_session(req, client)
+    try:
+        result = run_session(req, client)
+    except (ValueError, ImageNotFound) as exc:  # bad input: an unknown revision, agent, image or proxy URL
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 1))
     sys.exit(0 if result.status == "succeeded" else 1)
 

@@ -26,7 +26,7 @@ from sandboxes.config import SandboxSettings
 from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
 from sandboxes.relay import TcpRelay
-from sandboxes.repo import checkout_tar
+from sandboxes.repo import checkout_tar, resolve
 
 AGENT_UID = 1000  # the image's `agent` user
 NO_RESOLVER = "nameserver 127.0.0.1\n"
@@ -100,6 +100,7 @@ class Sandbox:
         if target.scheme != "http" or not target.hostname:
             raise ValueError(f"--proxy must be an http URL with a host, got {spec.proxy_url!r}")
         self._proxy_path = target.path.rstrip("/")
+        self.commit = resolve(spec.repo, spec.commit)  # a bad revision fails before anything is created
         self.relay = TcpRelay("0.0.0.0", target.hostname, target.port or 80)
         self.container: Container | None = None
         self.timings: dict[str, float] = {}
@@ -130,7 +131,7 @@ class Sandbox:
         # The repository is prepared on the host while the network and container come up.
         with ThreadPoolExecutor(max_workers=1) as pool:
             wd = PurePosixPath(self.settings.workdir)
-            prepared = pool.submit(checkout_tar, self.spec.repo, self.spec.commit, wd.name, AGENT_UID)
+            prepared = pool.submit(checkout_tar, self.spec.repo, self.commit, wd.name, AGENT_UID)
             try:
                 self._start_container()
             except BaseException:

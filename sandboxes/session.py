@@ -103,16 +103,12 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
     spec = SandboxSpec(req.run_id, req.session_id, req.repo, req.commit, req.proxy_url, req.image, settings)
     t0 = time.monotonic()
     name = "command" if req.command else req.agent
+    agent = None if req.command else get_agent(req.agent)  # a bad name fails before any container exists
     with Sandbox(spec, client) as box:
         home = f"/home/{settings.user}"
-        if req.command:
-            env, cmd, agent = (
-                {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url},
-                ["sh", "-c", req.command],
-                None,
-            )
+        if agent is None:
+            env, cmd = {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url}, ["sh", "-c", str(req.command)]
         else:
-            agent = get_agent(req.agent)
             ctx = AgentContext(
                 base_url=f"{box.proxy_url}/s/{req.session_id}",
                 api_key=f"dflash-{req.session_id[:12]}-{secrets.token_hex(8)}",
