@@ -65,3 +65,13 @@ def test_host_ca_certificates_are_trusted_inside(docker_client, agents_image: st
     for cert in certs:
         body = "".join(cert.read_text().split("-----")[2].split())
         assert body[:200] in "".join(bundle.split()), f"{cert.name} is not in the image's CA bundle"
+
+
+def test_make_docker_finds_the_running_engine(docker_client) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from tests.support import REPO_ROOT
+
+    res = subprocess.run(["make", "-s", "docker"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "docker: engine answers" in res.stdout

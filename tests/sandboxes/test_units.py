@@ -195,3 +195,25 @@ def test_checkout_tar_holds_the_base_tree_and_no_history(tmp_path: Path) -> None
     assert log == f"{head} base {base}", "one commit, naming the base, and nothing after it"
     with pytest.raises(ValueError, match="not a commit"):
         checkout_tar(src, "no-such-rev", "repo", uid=1000)
+
+
+ENSURE_ENGINE = Path(__file__).resolve().parents[2] / "sandboxes" / "images" / "ensure_engine.sh"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops from root to another user to take the non-root path")
+def test_make_docker_tells_a_non_root_user_what_to_do() -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is missing")
+    env = {"PATH": os.environ["PATH"], "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    res = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(ENSURE_ENGINE)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 1
+    assert "Install Docker Engine" in res.stderr and "docker info" in res.stderr
