@@ -300,6 +300,9 @@ def harvest(
         str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")
     ] = "smollm2",
     target_max_model_len: Annotated[int, typer.Option(help="Context the CPU stand-in accepts")] = 65536,
+    upstream_api: Annotated[
+        str, typer.Option(help="chat (token ids on every call) or native, for a TARGET_URL")
+    ] = "chat",
     held_out: Annotated[float, typer.Option()] = 0.05,
     image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
     runner: Annotated[str, typer.Option(help="sandbox, or fake (scripted sessions, no Docker)")] = "sandbox",
@@ -312,6 +315,7 @@ def harvest(
         concurrency=concurrency, agents=agents, langs=langs, seed=seed, repos_limit=repos_limit,
         translate_limit=translate_limit, session_timeout_s=session_timeout, target_model=target_model,
         held_out=held_out, image=image, runner=runner, target_max_model_len=target_max_model_len,
+        upstream_api=upstream_api,
     )  # fmt: skip
     summary = run_harvest(opts, console)
     print(json.dumps(summary, default=str))

@@ -35,6 +35,9 @@ class HarvestOptions:
     # rejects every such call (as vLLM would). A longer limit lets the calls through; generation still
     # ends at EOS or when the session's time is up.
     target_max_model_len: int = 65536
+    # chat: the proxy translates Messages/Responses calls into Chat Completions, the only API whose
+    # answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
+    upstream_api: str = "chat"
     github_token: str | None = None
     limit: int = 6
     concurrency: int = 2
@@ -104,7 +107,6 @@ def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str,
     py = sys.executable
     try:
         target = opts.target_url
-        upstream_api = "native"
         if not target:
             port = opts.target_port or free_port()
             target = f"http://127.0.0.1:{port}"
@@ -128,11 +130,11 @@ def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str,
             )
             svc.start(timeout_s=900)
             started.append(svc)
-            upstream_api = "chat"  # the stand-in serves Chat Completions only: the proxy translates
         models = httpx.get(f"{target.rstrip('/')}/v1/models", timeout=30).json()
         model = str(models["data"][0]["id"])
         pport = opts.proxy_port or free_port()
         proxy = f"http://127.0.0.1:{pport}"
+        upstream_api = opts.upstream_api if opts.target_url else "chat"  # the stand-in speaks Chat only
         console.print(
             f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {opts.data_dir}/calls"
         )
