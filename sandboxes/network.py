@@ -7,6 +7,7 @@ the relay's port, so the sandbox reaches the proxy and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import random
 import shutil
@@ -27,7 +28,10 @@ def _tables() -> list[str]:
 
 
 def _run(args: list[str]) -> None:
-    subprocess.run(args, check=True, capture_output=True, text=True)
+    res = subprocess.run(args, capture_output=True, text=True)
+    if res.returncode != 0:
+        # Keep the message: "Permission denied (you must be root)" is the usual one.
+        raise RuntimeError(f"{' '.join(args[:2])} failed: {res.stderr.strip()}")
 
 
 def _taken_subnets(client: docker.DockerClient) -> list[ipaddress.IPv4Network]:
@@ -105,8 +109,13 @@ class ConfinedNetwork:
         self.network.reload()
         self.gateway = self.network.attrs["IPAM"]["Config"][0]["Gateway"].split("/")[0]
         # Drop all input from the bridge now; the relay's port is opened by `allow`.
-        for table in _tables():
-            self._insert(table, ["-i", self.bridge, "-j", "DROP"])
+        if shutil.which("iptables") is None:
+            raise RuntimeError("iptables is required to confine sandboxes (apt-get install iptables)")
+        self._insert("iptables", ["-i", self.bridge, "-j", "DROP"])
+        if shutil.which("ip6tables"):
+            # Without IPv6 in the kernel this fails; the container has IPv6 disabled anyway.
+            with contextlib.suppress(RuntimeError):
+                self._insert("ip6tables", ["-i", self.bridge, "-j", "DROP"])
         return self.gateway
 
     def _create_network(self) -> Network:
