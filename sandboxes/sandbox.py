@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import math
-import tarfile
 import tempfile
 import threading
 import time
@@ -23,6 +21,7 @@ import docker
 from docker.models.containers import Container
 
 from sandboxes.config import SandboxSettings
+from sandboxes.files import tar_files
 from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
 from sandboxes.relay import TcpRelay
@@ -63,15 +62,6 @@ def _resolv_conf() -> Path:
     if not path.exists() or path.read_text() != NO_RESOLVER:
         path.write_text(NO_RESOLVER)
     return path
-
-
-def _tar_file(name: str, data: bytes, uid: int) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo(name)
-        info.size, info.mode, info.uid, info.gid, info.mtime = len(data), 0o644, uid, uid, int(time.time())
-        tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _memory_bytes(spec: str) -> int:
@@ -293,7 +283,7 @@ class Sandbox:
         self.container.put_archive(str(PurePosixPath(self.settings.workdir).parent), tar)
         gitconfig = "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n[safe]\n\tdirectory = *\n"
         self.container.put_archive(
-            f"/home/{self.settings.user}", _tar_file(".gitconfig", gitconfig.encode(), AGENT_UID)
+            f"/home/{self.settings.user}", tar_files({".gitconfig": gitconfig}, AGENT_UID, mode=0o644)
         )
 
     def patch(self) -> bytes:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import secrets
-import tarfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -16,7 +14,8 @@ import docker
 from sandboxes.agents import AgentContext, get_agent
 from sandboxes.agents.base import parse_jsonl
 from sandboxes.config import SandboxSettings
-from sandboxes.sandbox import ExecResult, Sandbox, SandboxSpec
+from sandboxes.files import tar_files
+from sandboxes.sandbox import AGENT_UID, ExecResult, Sandbox, SandboxSpec
 
 
 @dataclass
@@ -52,35 +51,6 @@ class SessionRequest:
     command: str | None = None
     time_limit_s: float | None = None
     settings: SandboxSettings = field(default_factory=lambda: SandboxSettings())
-
-
-def _tar(files: dict[str, str], home: str, uid: int = 1000) -> bytes:
-    """Files for the agent user; their directories below its home are created owned by it too."""
-    buf = io.BytesIO()
-    dirs = sorted({str(p) for f in files for p in Path(f).parents if str(p).startswith(home + "/")})
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in dirs:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.type, info.mode, info.uid, info.gid, info.mtime = (
-                tarfile.DIRTYPE,
-                0o755,
-                uid,
-                uid,
-                int(time.time()),
-            )
-            tar.addfile(info)
-        for path, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.uid, info.gid, info.mtime = (
-                len(data),
-                0o600,
-                uid,
-                uid,
-                int(time.time()),
-            )
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _reason(res: ExecResult, limit: float, memory: str) -> str | None:
@@ -119,7 +89,7 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
             )
             files = agent.files(ctx)
             if files:
-                box.container.put_archive("/", _tar(files, home))  # type: ignore[union-attr]
+                box.container.put_archive("/", tar_files(files, AGENT_UID, owned_below=home))  # type: ignore[union-attr]
             env, cmd = agent.env(ctx), agent.command(ctx)
         res = box.exec(cmd, env=env, timeout=limit)
         box.timings["agent"] = round(res.seconds, 4)
