@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -59,6 +60,8 @@ def cmd_try(args: argparse.Namespace) -> None:
         req.session_id = args.session
     if args.run:
         req.run_id = args.run
+    # SIGTERM would end Python without running `finally`: turn it into SystemExit so teardown runs.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         result = run_session(req, client)
     except (ValueError, ImageNotFound) as exc:  # bad input: an unknown revision, agent, image or proxy URL

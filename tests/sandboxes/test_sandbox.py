@@ -159,6 +159,37 @@ def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_ser
     assert leftovers(docker_client, run_id) == NOTHING
 
 
+def test_sigterm_to_try_still_tears_down(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
+    path, base = repo
+    cmd = [
+        sys.executable,
+        "-m",
+        "sandboxes",
+        "try",
+        "--repo",
+        str(path),
+        "--commit",
+        base,
+        "--proxy",
+        proxy_server[0],
+        "--image",
+        agents_image,
+        "--run",
+        run_id,
+        "--command",
+        "sleep 300",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    running = {"label": f"{labels.RUN}={run_id}", "status": "running"}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not docker_client.api.containers(filters=running):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.terminate()
+    assert proc.wait(timeout=60) == 143
+    assert leftovers(docker_client, run_id) == NOTHING
+
+
 def test_gc_spares_a_live_owner(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
     path, base = repo
     spec = SandboxSpec(run_id, "live-1", path, base, proxy_server[0], agents_image, SandboxSettings())
