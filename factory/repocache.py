@@ -40,7 +40,7 @@ class RepoCache:
 
     def get(self, name: str, clone_url: str, commit: str) -> Path:
         local = Path(clone_url)
-        if not clone_url.startswith(("http://", "https://", "git@", "ssh://")) and local.is_dir():
+        if "://" not in clone_url and not clone_url.startswith("git@") and local.is_dir():
             if not has_commit(local, commit):
                 raise InfraError(f"{clone_url} has no commit {commit}")
             return local
