@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import os
 import tempfile
 import threading
 import time
@@ -60,7 +61,10 @@ def _short(text: str) -> str:
 def _resolv_conf() -> Path:
     path = Path(tempfile.gettempdir()) / "dflash-sandbox-resolv.conf"
     if not path.exists() or path.read_text() != NO_RESOLVER:
-        path.write_text(NO_RESOLVER)
+        # Atomically: sandboxes starting in other threads may be bind-mounting it right now.
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(NO_RESOLVER)
+        os.replace(tmp, path)
     return path
 
 

@@ -201,3 +201,22 @@ def test_gc_spares_a_live_owner(docker_client, agents_image, proxy_server, repo,
         assert box.container.status == "running"
         assert box.container.labels[labels.SESSION] == "live-1"
     assert leftovers(docker_client, run_id) == NOTHING
+
+
+def test_concurrent_sessions_share_one_client(
+    docker_client, agents_image, proxy_server, repo, run_id
+) -> None:  # type: ignore[no-untyped-def]
+    """The factory runs sessions in threads with one Docker client: each gets its own confined sandbox."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    script = "echo $DFLASH_PROXY_URL > proof.txt && python3 -c \"import urllib.request as u, os; u.urlopen(os.environ['DFLASH_PROXY_URL'] + '/healthz', timeout=5)\""
+    reqs = [
+        _request(repo, proxy_server[0], agents_image, run_id, script, session_id=f"conc-{i}")
+        for i in range(4)
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda r: run_session(r, docker_client), reqs))
+    assert [r.status for r in results] == ["succeeded"] * 4, [(r.reason, r.stderr) for r in results]
+    urls = {r.patch.split("+http://", 1)[1].split("\n", 1)[0] for r in results}
+    assert len(urls) == 4, "each sandbox reaches the proxy through its own network and relay"
+    assert leftovers(docker_client, run_id) == NOTHING
