@@ -149,6 +149,8 @@ def detect_language(row: Mapping[str, Any]) -> str:
 
 def empty_think_prefix(target: Target, completion: list[int]) -> int:
     """How many leading completion tokens form an empty thinking block (0 when there is none)."""
+    if target.tokenizer is None:
+        return 0
     best = 0
     for j in range(1, min(len(completion), 12) + 1):
         text = target.decode(completion[:j], skip_special_tokens=False)

@@ -62,6 +62,45 @@ def tiny_drafter(
         return DFlashDraftModel(cfg)
 
 
+def write_calls(target: Target, path, sessions: int = 4, calls: int = 2, new_tokens: int = 24, seed: int = 0):  # type: ignore[no-untyped-def]
+    """Call records (stored token ids, the proxy's columns) of agent-like sessions with the tiny target:
+    a shared system prompt, then each call resends the history plus a random 'tool result'."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    g = torch.Generator().manual_seed(seed)
+    system = torch.randint(1, 200, (12,), generator=g).tolist()
+    rows = []
+    for s in range(sessions):
+        history = system + torch.randint(1, 200, (6,), generator=g).tolist()
+        for c in range(calls):
+            completion = greedy(target, history, new_tokens)
+            rows.append(
+                {
+                    "call_id": f"s{s}c{c}",
+                    "session_id": f"s{s}",
+                    "agent": ("claude-code", "codex")[s % 2],
+                    "api": "openai_chat",
+                    "model": "tiny",
+                    "status_code": 200,
+                    "outcome": "ok",
+                    "tag": None,
+                    "request_json": "{}",
+                    "response_json": "{}",
+                    "prompt_tokens": len(history),
+                    "completion_tokens": len(completion),
+                    "prompt_token_ids": list(history),
+                    "completion_token_ids": completion,
+                    "started_at": float(s * 100 + c),
+                    "repo": f"org/repo{s}",
+                    "language": "ko" if s % 3 == 2 else "en",
+                }
+            )
+            history = history + completion + torch.randint(1, 200, (5,), generator=g).tolist()
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
 def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
     """The target's greedy continuation of ``prompt`` (plain decoding), EOS ignored: data for overfitting."""
     from trainer.target.engine import Engine, SamplingParams

@@ -1,0 +1,157 @@
+"""train -> eval -> export on the tiny target, in-process: run layout, resume, SIGTERM, the export format."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+from tests.trainer.dflash.test_model import expected_shapes
+from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from trainer.dflash.config import REQUIRED_KEYS
+from trainer.evaluate import evaluate
+from trainer.export import export
+from trainer.train import TrainConfig, latest_checkpoint, train
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():  # type: ignore[no-untyped-def]
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: a second thread only adds barrier waits
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def target():  # type: ignore[no-untyped-def]
+    return tiny_target(layers=4)
+
+
+@pytest.fixture(scope="module")
+def calls(tmp_path_factory, target) -> Path:  # type: ignore[no-untyped-def]
+    return write_calls(
+        target, tmp_path_factory.mktemp("calls") / "calls.parquet", sessions=5, calls=2, new_tokens=20
+    )
+
+
+def cfg(tmp: Path, calls: Path, **over) -> TrainConfig:  # type: ignore[no-untyped-def]
+    base = dict(
+        target="tiny",
+        data=str(calls),
+        runs_dir=str(tmp / "runs"),
+        name="t",
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK,
+        max_len=256,
+        eval_fraction=0.3,
+        epochs=2,
+        lr=3e-3,
+        anchors=32,
+        eval_prompts=2,
+        eval_max_new_tokens=12,
+    )
+    base.update(over)
+    return TrainConfig(**base)
+
+
+def test_config_loads_yaml_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        yaml.safe_dump({"target": "smollm2", "block_size": 8, "launch": {"nodes": 1, "k8s": {"cpu": "4"}}})
+    )
+    c = TrainConfig.load(path, ["lr=1e-4", "target_layer_ids=[1, 5]", "launch.nodes=4"])
+    assert c.block_size == 8 and c.lr == 1e-4 and c.target_layer_ids == [1, 5]
+    assert c.launch == {"nodes": 4, "k8s": {"cpu": "4"}}
+    with pytest.raises(ValueError, match="unknown config keys"):
+        TrainConfig.load(None, ["blocksize=8"])
+    for name in ("cpu.yaml", "train.yaml"):  # the shipped configs are valid
+        TrainConfig.load(Path("trainer/configs") / name)
+
+
+def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
+    run = train(cfg(tmp_path, calls), argv=["-m", "trainer", "train"], target=target)
+    assert run == tmp_path / "runs" / "t"
+    assert (tmp_path / "runs" / "latest").resolve() == run.resolve()
+    for name in ("config.yaml", "command.txt", "metrics.jsonl", "train_summary.json", "data/report.json"):
+        assert (run / name).exists(), name
+    assert "trainer train" in (run / "command.txt").read_text()
+    report = json.loads((run / "data" / "report.json").read_text())
+    assert report["merge"]["sequences"] == 5 and report["merge"]["reduction"] > 1.0
+    assert report["split"]["eval"]["sequences"] > 0 and report["split"]["train"]["sequences"] > 0
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert metrics and len(metrics[-1]["acc"]) == 3
+    assert latest_checkpoint(run) is not None
+
+    result = evaluate(run, target=target, progress=False)
+    assert result["lossless"] is True
+    assert result["tau"] >= 1.0 and result["n_prompts"] == 2
+    assert len(result["per_position_acceptance"]) == 3
+    assert set(result["tau_by_agent"]) <= {"claude-code", "codex"}
+    on_disk = json.loads((run / "eval.json").read_text())
+    for key in ("tau", "lossless", "per_position_acceptance", "n_prompts"):
+        assert key in on_disk
+    assert (run / "acceptance.png").stat().st_size > 1000
+
+    out = export(run, run / "export")
+    config = json.loads((out / "config.json").read_text())
+    for key in REQUIRED_KEYS:
+        assert key in config
+    assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
+    assert config["dflash_config"]["mask_token_id"] == MASK
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in names}
+        assert all(f.get_slice(k).get_dtype() == "BF16" for k in names)
+    from trainer.dflash.config import config_from_dict
+
+    assert shapes == expected_shapes(
+        config_from_dict(config), len(config["dflash_config"]["target_layer_ids"])
+    )
+    assert json.loads((out / "dflash_factory.json").read_text())["eval"]["lossless"] is True
+
+
+def test_sigterm_checkpoints_and_the_run_resumes(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
+    c = cfg(tmp_path, calls, epochs=4, name="sig")
+    fired = threading.Event()
+
+    # deliver SIGTERM from a thread once the second optimizer step has been logged
+    def watch() -> None:
+        metrics = tmp_path / "runs" / "sig" / "metrics.jsonl"
+        while not fired.is_set():
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+                fired.set()
+            threading.Event().wait(0.05)
+
+    threading.Thread(target=watch, daemon=True).start()
+    with pytest.raises(SystemExit) as exc:
+        train(c, target=target)
+    assert exc.value.code == 128 + signal.SIGTERM
+    fired.set()
+    ckpt = latest_checkpoint(tmp_path / "runs" / "sig")
+    assert ckpt is not None
+    stopped_at = json.loads((ckpt / "trainer_state.json").read_text())["step"]
+    assert 2 <= stopped_at < 8
+    assert not (tmp_path / "runs" / "sig" / "drafter").exists()
+
+    run = train(c, target=target)  # the same command again resumes
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, steps[-1] + 1))  # continued where it stopped: no step repeated or skipped
+    assert json.loads((run / "train_summary.json").read_text())["steps"] == steps[-1]
+    assert (run / "drafter" / "model.safetensors").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_training_reduces_the_loss(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
+    run = train(cfg(tmp_path, calls, epochs=6, name="loss", lr=1e-2), target=target)
+    losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3
+    assert torch.isfinite(torch.tensor(losses)).all()

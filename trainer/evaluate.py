@@ -1,0 +1,215 @@
+"""``python -m trainer eval RUN_DIR``: tau by real speculative decoding, and the lossless check.
+
+On held-out prompts (the eval split of the run's data: every supervised span's context is one prompt),
+the in-process target decodes greedily twice: plainly, and speculatively with the drafter (it proposes
+B-1 tokens per step, the target verifies them in one forward, the matching prefix plus one bonus token is
+accepted). Reported:
+
+- ``tau``: mean tokens produced per target verify forward (accepted drafts + the bonus), over all steps;
+- ``acceptance_length``: vLLM's ``1 + accepted / drafts`` (equal to tau when nothing was truncated);
+- ``per_position_acceptance``: the fraction of steps whose draft k was accepted, k = 1..B-1;
+- tau per agent and per language;
+- ``lossless``: the speculative tokens equal the plain greedy tokens, token for token, on every prompt.
+
+Writes ``eval.json`` and ``acceptance.png`` into the run directory (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+
+@dataclass
+class Prompt:
+    ids: list[int]
+    agent: str
+    language: str
+    session_id: str | None
+
+
+def held_out_prompts(eval_parquet: Path, n: int, max_prompt_len: int) -> list[Prompt]:
+    """Up to ``n`` prompts: the context before each supervised span of the held-out sequences, taken
+    round-robin over sequences (so sessions, agents and languages mix) and capped in length."""
+    from trainer.data.build import read
+
+    seqs = read(eval_parquet) if eval_parquet.exists() else []
+    queues = [
+        [
+            Prompt(s.input_ids[:start], s.agent, s.language, s.session_id)
+            for start in s.span_starts
+            if 0 < start <= max_prompt_len
+        ]
+        for s in seqs
+    ]
+    out: list[Prompt] = []
+    depth = 0
+    while len(out) < n and any(len(q) > depth for q in queues):
+        for q in queues:
+            if depth < len(q) and len(out) < n:
+                out.append(q[depth])
+        depth += 1
+    return out
+
+
+def _decode(engine: Any, prompt: list[int], max_new: int) -> tuple[list[int], list[int], float]:
+    """(tokens, tokens settled per forward after the first token, seconds)."""
+    from trainer.target.engine import SamplingParams
+
+    params = SamplingParams(max_tokens=max_new, temperature=0.0)
+    t0 = time.perf_counter()
+    chunks = [s.token_ids for s in engine.steps(prompt, params)]
+    dt = time.perf_counter() - t0
+    settled = [len(c) for c in chunks if c]
+    return [t for c in chunks for t in c], settled[1:], dt
+
+
+def evaluate(
+    run_dir: str | Path,
+    *,
+    drafter_dir: str | Path | None = None,
+    target: Any = None,
+    n_prompts: int | None = None,
+    max_new_tokens: int | None = None,
+    max_prompt_len: int | None = None,
+    block_size: int | None = None,
+    prompts: list[Prompt] | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    from trainer.dflash.engine import DFlashSpeculative
+    from trainer.dflash.model import DFlashDraftModel
+    from trainer.target import load_target
+    from trainer.target.engine import Engine
+
+    run = Path(run_dir).resolve()
+    cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
+    n_prompts = n_prompts or int(cfg.get("eval_prompts", 8))
+    max_new = max_new_tokens or int(cfg.get("eval_max_new_tokens", 64))
+    max_prompt_len = max_prompt_len or int(cfg.get("eval_max_prompt_len", 2048))
+    if target is None:
+        target = load_target(cfg.get("target", "smollm2"))
+    drafter = DFlashDraftModel.load(drafter_dir or run / "drafter")
+    if prompts is None:
+        prompts = held_out_prompts(run / "data" / "eval.parquet", n_prompts, max_prompt_len)
+    if not prompts:
+        raise SystemExit(f"no held-out prompts in {run / 'data' / 'eval.parquet'}")
+
+    plain = Engine(target)
+    strategy = DFlashSpeculative(drafter, block_size=block_size)
+    spec = Engine(target, strategy)
+    b = strategy.block_size
+    per_prompt = []
+    groups: dict[str, dict[str, list[int]]] = {"agent": defaultdict(list), "language": defaultdict(list)}
+    plain_s = spec_s = 0.0
+    for i, p in enumerate(prompts):
+        ref, _, t_plain = _decode(plain, p.ids, max_new)
+        got, settled, t_spec = _decode(spec, p.ids, max_new)
+        plain_s += t_plain
+        spec_s += t_spec
+        same = got == ref
+        first_diff = next((j for j, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), None)
+        if first_diff is None and len(got) != len(ref):
+            first_diff = min(len(got), len(ref))
+        per_prompt.append(
+            {
+                "agent": p.agent,
+                "language": p.language,
+                "prompt_tokens": len(p.ids),
+                "generated": len(got),
+                "verify_steps": len(settled),
+                "tau": round(sum(settled) / len(settled), 4) if settled else None,
+                "lossless": same,
+                "first_mismatch": first_diff,
+            }
+        )
+        groups["agent"][p.agent].extend(settled)
+        groups["language"][p.language].extend(settled)
+        if progress:
+            tau_i = per_prompt[-1]["tau"]
+            print(
+                f"  prompt {i + 1}/{len(prompts)}: {len(p.ids)} tokens, tau {tau_i}, lossless {same}",
+                flush=True,
+            )
+    stats = strategy.spec_stats
+    assert stats is not None
+    all_steps = [n for g in groups["agent"].values() for n in g]
+    result: dict[str, Any] = {
+        "tau": round(sum(all_steps) / len(all_steps), 4) if all_steps else 0.0,
+        "lossless": all(r["lossless"] for r in per_prompt),
+        "per_position_acceptance": [round(n / max(1, stats.num_drafts), 4) for n in stats.accepted_per_pos],
+        "n_prompts": len(prompts),
+        "acceptance_length": round(1 + stats.num_accepted_tokens / max(1, stats.num_drafts), 4),
+        "num_drafts": stats.num_drafts,
+        "num_draft_tokens": stats.num_draft_tokens,
+        "num_accepted_tokens": stats.num_accepted_tokens,
+        "block_size": b,
+        "max_new_tokens": max_new,
+        "tau_by_agent": {k: round(sum(v) / len(v), 4) for k, v in sorted(groups["agent"].items()) if v},
+        "tau_by_language": {k: round(sum(v) / len(v), 4) for k, v in sorted(groups["language"].items()) if v},
+        "target": cfg.get("target", getattr(target, "name", None)),
+        "drafter": str(Path(drafter_dir or run / "drafter")),
+        "seconds": {"plain": round(plain_s, 2), "speculative": round(spec_s, 2)},
+        "prompts": per_prompt,
+    }
+    out = Path(out_dir) if out_dir else run
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot_acceptance(result, out / "acceptance.png")
+    return result
+
+
+def plot_acceptance(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    acc = result["per_position_acceptance"]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax.bar(range(1, len(acc) + 1), acc, color="#3b7dd8")
+    ax.set_xlabel("draft position k")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(range(1, len(acc) + 1))
+    verdict = "lossless" if result["lossless"] else "NOT lossless"
+    ax.set_title(
+        f"DFlash per-position acceptance — tau {result['tau']:.2f}, {result['n_prompts']} prompts, {verdict}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def eval_command(
+    run_dir: Path = typer.Argument(Path("runs/latest"), help="A run directory (runs/<name> or runs/latest)."),
+    drafter: Path | None = typer.Option(None, help="A drafter directory; default RUN_DIR/drafter."),
+    prompts: int | None = typer.Option(None, help="Held-out prompts; default the run's eval_prompts."),
+    max_new_tokens: int | None = typer.Option(None, help="Tokens generated per prompt."),
+    block_size: int | None = typer.Option(None, help="Verify block size; default the drafter's."),
+    out: Path | None = typer.Option(None, help="Where eval.json and acceptance.png go; default RUN_DIR."),
+) -> None:
+    """Tau by greedy speculative decoding on held-out prompts, and the lossless check against plain greedy."""
+    r = evaluate(
+        run_dir,
+        drafter_dir=drafter,
+        n_prompts=prompts,
+        max_new_tokens=max_new_tokens,
+        block_size=block_size,
+        out_dir=out,
+    )
+    acc = " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
+    typer.echo(
+        f"tau {r['tau']:.3f} on {r['n_prompts']} held-out prompts (block {r['block_size']}); lossless: {str(r['lossless']).lower()}"
+    )
+    typer.echo(f"per-position acceptance: {acc}")
+    typer.echo(f"tau by agent: {r['tau_by_agent']}; by language: {r['tau_by_language']}")
+    if not r["lossless"]:
+        raise typer.Exit(1)
