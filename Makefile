@@ -68,3 +68,13 @@ target: install
 .PHONY: harvest
 harvest: install docker
 	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(HARVEST_ARGS)
+
+# A DFlash drafter for the CPU target ($(TARGET_MODEL)) on the calls `make harvest` recorded in $(DATA_DIR)
+# (the bundled sample of call records while there are none): train, evaluate (tau by real speculative
+# decoding + the lossless check), export. The run is runs/<name>/, runs/latest points to it.
+TRAIN_CONFIG ?= trainer/configs/cpu.yaml
+.PHONY: train
+train: install
+	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) $(TRAIN_ARGS)
+	$(BIN)/python -m trainer eval runs/latest
+	$(BIN)/python -m trainer export runs/latest runs/latest/export
