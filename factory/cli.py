@@ -303,6 +303,9 @@ def harvest(
     upstream_api: Annotated[
         str, typer.Option(help="chat (token ids on every call) or native, for a TARGET_URL")
     ] = "chat",
+    target_arg: Annotated[
+        list[str] | None, typer.Option(help="Extra argument for `serve-target` (repeatable)")
+    ] = None,
     held_out: Annotated[float, typer.Option()] = 0.05,
     image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
     runner: Annotated[str, typer.Option(help="sandbox, or fake (scripted sessions, no Docker)")] = "sandbox",
@@ -316,6 +319,7 @@ def harvest(
         translate_limit=translate_limit, session_timeout_s=session_timeout, target_model=target_model,
         held_out=held_out, image=image, runner=runner, target_max_model_len=target_max_model_len,
         upstream_api=upstream_api,
+        target_args=target_arg or [],
     )  # fmt: skip
     summary = run_harvest(opts, console)
     print(json.dumps(summary, default=str))

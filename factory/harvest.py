@@ -38,6 +38,7 @@ class HarvestOptions:
     # chat: the proxy translates Messages/Responses calls into Chat Completions, the only API whose
     # answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
     upstream_api: str = "chat"
+    target_args: list[str] = field(default_factory=list)  # extra `serve-target` arguments
     github_token: str | None = None
     limit: int = 6
     concurrency: int = 2
@@ -124,6 +125,7 @@ def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str,
                     str(port),
                     "--max-model-len",
                     str(opts.target_max_model_len),
+                    *opts.target_args,
                 ],
                 f"{target}/health",
                 logs,
