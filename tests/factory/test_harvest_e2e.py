@@ -1,5 +1,5 @@
 """`make harvest` on the embedded default, for real: bundled sample, CPU stand-in target, proxy,
-Docker sandboxes running the three real agent CLIs, export. Slow (≈ 10–20 min on 2 cores)."""
+Docker sandboxes running the three real agent CLIs, export. Slow: two rounds of three sessions, each cut at 180 s (≈ 8–10 min on 2 cores)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_make_harvest_on_the_embedded_default(tmp_path):
             "make",
             "harvest",
             f"DATA_DIR={data}",
-            "HARVEST_ARGS=--limit 6 --concurrency 2 --session-timeout 240",
+            "HARVEST_ARGS=--limit 6 --concurrency 3 --session-timeout 180",
         ],
         cwd=ROOT,
         env=env,
