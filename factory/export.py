@@ -31,7 +31,6 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation
-from factory.queue import Claimed
 from factory.scrub import scrub
 from factory.tasks import build_task
 
@@ -191,9 +190,14 @@ def _session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any
             if sess.lang == "ko" and issue.id in ko:
                 title, body = ko[issue.id].title or title, ko[issue.id].body or body
             task = build_task(
-                Claimed(sess.id, "", 0, sess.agent, sess.lang, repo.name, repo.language, "", repo.setup_hint,
-                        issue.base_commit or "", issue.number, title, body)
-            )  # fmt: skip
+                lang=sess.lang,
+                repo=repo.name,
+                language=repo.language,
+                setup_hint=repo.setup_hint,
+                number=issue.number,
+                title=title,
+                body=body,
+            )
             if sess.status == "failed":
                 outcome = "infra_failed"
             elif sess.error or (sess.exit_status not in (0, None)):

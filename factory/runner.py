@@ -155,7 +155,15 @@ class Runner:
                 repo_name=c.repo_name,
                 repo_path=repo_path,
                 base_commit=c.base_commit,
-                task=build_task(c),
+                task=build_task(
+                    lang=c.lang,
+                    repo=c.repo_name,
+                    language=c.repo_language,
+                    setup_hint=c.setup_hint,
+                    number=c.issue_number,
+                    title=c.title,
+                    body=c.body,
+                ),
                 proxy_url=self.cfg.proxy_url,
             )
             outcome: SessionOutcome = self.session_runner.run(spec)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from factory.queue import Claimed
-
 _EN = """You are working in a checkout of the repository {repo} ({language}) at the commit where the
 GitHub issue below was filed. Resolve the issue by changing the code in this repository: find the
 cause, make the fix, and add or update tests where it makes sense. Do not ask questions; work on your own.
@@ -25,14 +23,11 @@ _KO = """지금 작업 중인 디렉터리는 {repo} 저장소({language})를 �
 _SETUP = {"en": "Setup hint: {hint}\n", "ko": "설치/테스트 방법: {hint}\n"}
 
 
-def build_task(c: Claimed) -> str:
-    template = _KO if c.lang == "ko" else _EN
-    setup = _SETUP.get(c.lang, _SETUP["en"]).format(hint=c.setup_hint) if c.setup_hint else ""
+def build_task(
+    *, lang: str, repo: str, language: str, setup_hint: str | None, number: int, title: str, body: str
+) -> str:
+    template = _KO if lang == "ko" else _EN
+    setup = _SETUP.get(lang, _SETUP["en"]).format(hint=setup_hint) if setup_hint else ""
     return template.format(
-        repo=c.repo_name,
-        language=c.repo_language,
-        setup=setup,
-        number=c.issue_number,
-        title=c.title.strip(),
-        body=c.body.strip(),
+        repo=repo, language=language, setup=setup, number=number, title=title.strip(), body=body.strip()
     )
