@@ -163,7 +163,7 @@ def test_agent_out_of_memory_fails_with_the_reason(  # type: ignore[no-untyped-d
         run_id=run_id,
         model="scripted",
         time_limit_s=120,
-        settings=SandboxSettings(memory="64m"),
+        settings=SandboxSettings(memory="32m"),
     )
     result = run_session(req, docker_client)
     assert result.status == "failed" and result.reason and result.reason.startswith("oom"), result.reason
