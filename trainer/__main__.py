@@ -1,0 +1,3 @@
+from trainer.cli import app
+
+app(prog_name="python -m trainer")
