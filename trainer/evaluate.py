@@ -36,11 +36,15 @@ class Prompt:
 
 
 def held_out_prompts(eval_parquet: Path, n: int, max_prompt_len: int) -> list[Prompt]:
-    """Up to ``n`` prompts: the context before each supervised span of the held-out sequences, taken
-    round-robin over sequences (so sessions, agents and languages mix) and capped in length."""
+    """Up to ``n`` prompts from the held-out sequences written by the data build."""
     from trainer.data.build import read
 
-    seqs = read(eval_parquet) if eval_parquet.exists() else []
+    return prompts_from_sequences(read(eval_parquet) if eval_parquet.exists() else [], n, max_prompt_len)
+
+
+def prompts_from_sequences(seqs: list[Any], n: int, max_prompt_len: int) -> list[Prompt]:
+    """The context before each supervised span is one prompt; taken round-robin over sequences (so
+    sessions, agents and languages mix), at most ``max_prompt_len`` tokens long."""
     queues = [
         [
             Prompt(s.input_ids[:start], s.agent, s.language, s.session_id)

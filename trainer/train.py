@@ -43,7 +43,10 @@ import yaml
 class TrainConfig:
     # what to train for, on what
     target: str = "smollm2"  # smollm2, tiny-qwen3, or a Hugging Face model directory
-    data: str = "data/calls"  # call records: the proxy's calls/ dir, a Parquet file, or an exported dataset
+    data: str = (
+        "data"  # call records: DATA_DIR (its dataset/ export or calls/), a calls/ dir, a file, an export
+    )
+    sample_fallback: bool = False  # no records under `data`: use the bundled sample for the target
     model_filter: str | None = None  # keep only calls whose `model` column equals this
     runs_dir: str = "runs"
     name: str | None = None  # default: <date>-<time>-<target>
@@ -120,6 +123,22 @@ def point_latest(runs_dir: Path, run_dir: Path) -> None:
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(run_dir.name)
     os.replace(tmp, link)
+
+
+def resolve_data(cfg: TrainConfig) -> Path:
+    """The call records to train on; the bundled sample for the target when allowed and there are none."""
+    from trainer.data.make_sample import SAMPLE_DIR
+    from trainer.data.records import parquet_files
+
+    try:
+        parquet_files(cfg.data)
+        return Path(cfg.data)
+    except FileNotFoundError:
+        sample = SAMPLE_DIR / Path(cfg.target).name
+        if not cfg.sample_fallback or not sample.is_dir():
+            raise
+        print(f"no call records under {cfg.data} yet (run `make harvest`): using the bundled sample {sample}")
+        return sample
 
 
 def write_provenance(run_dir: Path, cfg: TrainConfig, argv: Sequence[str]) -> None:
@@ -266,9 +285,11 @@ def train(cfg: TrainConfig, argv: Sequence[str] = (), resume: bool = True, targe
     data_dir = run_dir / "data"
     with acc.main_process_first():
         if acc.is_main_process and not (data_dir / "report.json").exists():
+            source = resolve_data(cfg)
             built = data_build.build(
-                target, cfg.data, max_len=cfg.max_len, eval_fraction=cfg.eval_fraction, model=cfg.model_filter
+                target, source, max_len=cfg.max_len, eval_fraction=cfg.eval_fraction, model=cfg.model_filter
             )
+            built.report["source"] = str(source)
             data_build.write(built, data_dir)
     report = json.loads((data_dir / "report.json").read_text())
     seqs = data_build.read(data_dir / "train.parquet")

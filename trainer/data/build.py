@@ -147,9 +147,14 @@ def cut(seq: Sequence, max_len: int, dropped: Counter[str]) -> list[Sequence]:
     return pieces
 
 
-def split_groups(seqs: list[Sequence], eval_fraction: float) -> None:
+def split_groups(seqs: list[Sequence], eval_fraction: float, hints: dict[str, str] | None = None) -> None:
     """Mark ``split`` by a stable hash of each sequence's group; with two or more groups both sides get
-    at least one when ``eval_fraction`` > 0."""
+    at least one when ``eval_fraction`` > 0. Groups whose records come with their dataset's own split
+    (an export split by repository already) keep it."""
+    if hints and "eval" in hints.values():
+        for s in seqs:
+            s.split = hints.get(s.group, "train")
+        return
     groups = sorted({s.group for s in seqs}, key=stable_fraction)
     held = {g for g in groups if stable_fraction(g) < eval_fraction}
     if eval_fraction > 0 and len(groups) >= 2:
@@ -194,7 +199,8 @@ def build_from_examples(
     calls_tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in examples)
     merged = merge_sessions(examples)
     merged_tokens = sum(len(s.input_ids) for s in merged)
-    split_groups(merged, eval_fraction)
+    hints = {group_key(e): e.split_hint for e in examples if e.split_hint}
+    split_groups(merged, eval_fraction, hints)
     dropped: Counter[str] = Counter()
     pieces = [p for s in merged for p in cut(s, max_len, dropped)]
     kept = []

@@ -239,6 +239,105 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
     return [*rows, probe, failed]
 
 
+CHAT_PROMPTS = [
+    "What is the capital of Australia?",
+    "Write a short poem about the sea.",
+    "Explain photosynthesis in simple terms.",
+    "Give me three tips for better sleep.",
+    "What is the difference between weather and climate?",
+    "Summarise the plot of Romeo and Juliet.",
+    "How do vaccines work?",
+    "Suggest a name for a coffee shop.",
+    "What are the planets of the solar system?",
+    "Why is the sky blue?",
+    "Tell me a fun fact about octopuses.",
+    "How do I make a cup of tea?",
+    "What is a healthy breakfast?",
+    "Describe the water cycle.",
+    "What causes earthquakes?",
+    "Write a thank-you note to a teacher.",
+    "What is the tallest mountain in the world?",
+    "How many continents are there? Name them.",
+    "Give me a recipe idea for dinner tonight.",
+    "What does a cat need to be happy?",
+    "Explain what a rainbow is.",
+    "What should I pack for a beach trip?",
+    "How can I learn a new language faster?",
+    "What is the meaning of the word 'serendipity'?",
+    "한국의 수도는 어디인가요?",
+    "건강한 아침 식사를 추천해 주세요.",
+    "봄에 가기 좋은 여행지를 알려 주세요.",
+    "Why do leaves change colour in autumn?",
+    "What is the best way to save money?",
+    "Write a limerick about a dog.",
+    "How does the moon affect tides?",
+    "What are some good habits for students?",
+    "Describe a sunset in two sentences.",
+    "What is chocolate made from?",
+    "Explain gravity to a child.",
+    "What are the primary colours?",
+]
+
+
+def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
+    """Single-turn general chat (no tools, no code): the comparison set for benchmarks/drafter_tau.py."""
+    from trainer.target import load_target
+    from trainer.target.engine import Engine, SamplingParams
+
+    target = load_target(target_name)
+    engine = Engine(target)
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    clock = 1_767_225_600.0
+    for i in range(prompts):
+        question = CHAT_PROMPTS[i % len(CHAT_PROMPTS)]
+        chat = {"model": target_name, "messages": [{"role": "user", "content": question}]}
+        prompt = target.render(chat["messages"])
+        params = SamplingParams(max_tokens=max_tokens, temperature=0.7, top_p=0.9, seed=rng.getrandbits(31))
+        steps = list(engine.steps(prompt, params))
+        completion = [t for st in steps for t in st.token_ids]
+        finish = steps[-1].finish_reason or "length"
+        text = target.decode([t for t in completion if t not in target.stop_token_ids])
+        response = {
+            "object": "chat.completion",
+            "model": target_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion)},
+        }
+        rows.append(
+            {
+                "call_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+                "session_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+                "agent": "chat",
+                "tag": None,
+                "api": "openai_chat",
+                "method": "POST",
+                "path": "/v1/chat/completions",
+                "model": target_name,
+                "stream": False,
+                "status_code": 200,
+                "outcome": "ok",
+                "request_json": json.dumps(chat, ensure_ascii=False),
+                "upstream_request_json": None,
+                "response_json": json.dumps(response, ensure_ascii=False),
+                "started_at": clock,
+                "finished_at": clock + 1.0,
+                "prompt_tokens": len(prompt),
+                "completion_tokens": len(completion),
+                "prompt_token_ids": prompt,
+                "completion_token_ids": completion,
+                "token_ids_source": "upstream",
+                "finish_reason": finish,
+                "translated": False,
+                "repo": None,
+                "language": "ko" if any("\uac00" <= ch <= "\ud7a3" for ch in question) else "en",
+            }
+        )
+        clock += 10.0
+        print(f"chat {i + 1}/{prompts}", flush=True)
+    return rows
+
+
 def write(rows: list[dict[str, Any]], out: Path) -> Path:
     from proxy.parquet import SCHEMA
 
@@ -260,9 +359,15 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=72)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--kind", choices=("agent", "chat"), default="agent")
+    ap.add_argument("--prompts", type=int, default=48, help="chat: how many single-turn prompts")
     a = ap.parse_args()
-    rows = generate(a.target, a.sessions, a.calls, a.max_tokens, a.seed)
-    path = write(rows, a.out or SAMPLE_DIR / a.target)
+    if a.kind == "chat":
+        rows = generate_chat(a.target, a.prompts, a.max_tokens, a.seed)
+        path = write(rows, a.out or SAMPLE_DIR / f"{a.target}-chat")
+    else:
+        rows = generate(a.target, a.sessions, a.calls, a.max_tokens, a.seed)
+        path = write(rows, a.out or SAMPLE_DIR / a.target)
     print(f"wrote {len(rows)} call records to {path} ({path.stat().st_size / 1024:.0f} KiB)")
 
 

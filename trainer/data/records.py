@@ -48,6 +48,7 @@ COLUMNS = (
     "started_at",
     "repo",
     "language",
+    "lang",  # the factory's export calls it so
 )
 STOPPED = {"stop", "end_turn", "tool_use", "tool_calls", "stop_sequence", "completed", "eos", "pause_turn"}
 TRUNCATED = {"length", "max_tokens", "max_output_tokens", "incomplete", "model_context_window_exceeded"}
@@ -68,6 +69,7 @@ class CallExample:
     api: str = ""
     repo: str | None = None
     language: str = "en"
+    split_hint: str | None = None  # the dataset's own split, when the records come from an export
 
 
 @dataclass
@@ -95,18 +97,35 @@ class Excluded(Exception):
     """A row that does not become training data, and why (a short, countable reason)."""
 
 
-def parquet_files(path: str | Path) -> list[Path]:
-    """Every Parquet file under ``path`` (a file, the proxy's ``calls/`` dir, or an exported HF dataset
-    directory whose ``calls`` config lives under ``data/`` or ``calls/``), hidden files skipped."""
+def calls_dir(path: str | Path) -> Path:
+    """Where the call records under ``path`` are: an exported dataset's ``calls`` config
+    (``[dataset/]data/calls/``), the proxy's ``calls/``, or ``path`` itself (a file or a directory)."""
     p = Path(path)
+    for sub in ("dataset/data/calls", "data/calls", "calls"):
+        if (p / sub).is_dir():
+            return p / sub
+    return p
+
+
+def parquet_files(path: str | Path) -> list[Path]:
+    """Every Parquet file of the call records under ``path`` (see :func:`calls_dir`), hidden ones skipped."""
+    p = calls_dir(path)
     if p.is_file():
         return [p]
-    files = sorted(
-        f for f in p.rglob("*.parquet") if not any(part.startswith(".") for part in f.relative_to(p).parts)
+    files = (
+        sorted(f for f in p.rglob("*.parquet") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts))
+        if p.is_dir()
+        else []
     )
     if not files:
-        raise FileNotFoundError(f"no Parquet call records under {p}")
+        raise FileNotFoundError(f"no Parquet call records under {path}")
     return files
+
+
+def split_hint(path: Path) -> str | None:
+    """The Hugging Face split a file belongs to (``test-00000-of-00001.parquet`` -> 'eval'), if named so."""
+    head = path.name.split("-", 1)[0]
+    return {"train": "train", "test": "eval", "validation": "eval", "eval": "eval"}.get(head)
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -114,8 +133,11 @@ def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
     for f in parquet_files(path):
         ds = pads.dataset(str(f), format="parquet")
         cols = [c for c in COLUMNS if c in ds.schema.names]
+        hint = split_hint(f)
         for batch in ds.to_batches(columns=cols, batch_size=256):
-            yield from pa.Table.from_batches([batch]).to_pylist()
+            for row in pa.Table.from_batches([batch]).to_pylist():
+                row["split_hint"] = hint
+                yield row
 
 
 def _json(text: Any) -> Any:
@@ -138,8 +160,8 @@ def _ts(value: Any) -> float:
 
 
 def detect_language(row: Mapping[str, Any]) -> str:
-    if row.get("language"):
-        return str(row["language"])
+    if row.get("language") or row.get("lang"):
+        return str(row.get("language") or row.get("lang"))
     raw = str(row.get("request_json") or "")
     if not _HANGUL.search(raw) and "\\u" in raw:  # JSON may escape non-ASCII
         with contextlib.suppress(ValueError):
@@ -317,6 +339,7 @@ def to_example(target: Target, row: Mapping[str, Any]) -> CallExample:
         api=str(row.get("api") or ""),
         repo=row.get("repo"),
         language=detect_language(row),
+        split_hint=row.get("split_hint"),
     )
 
 

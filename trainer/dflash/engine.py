@@ -14,6 +14,7 @@ drafter's distribution, which preserves the target's sampling distribution.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -130,3 +131,37 @@ def _rejection(
         dist = residual / total if total > 0 else p[k]
         return k, int(torch.multinomial(dist, 1, generator=generator))
     return n, int(torch.multinomial(p[n], 1, generator=generator))
+
+
+def check_compatible(drafter: DFlashDraftModel, target: Target) -> None:
+    """Refuse a drafter trained for another target (its widths, taps, vocabulary or RoPE would not fit)."""
+    cfg = drafter.config
+    problems = []
+    if cfg.hidden_size != target.hidden_size:
+        problems.append(f"hidden size {cfg.hidden_size} != target's {target.hidden_size}")
+    if int(cfg.num_target_layers) != target.num_layers:
+        problems.append(
+            f"trained on a {cfg.num_target_layers}-layer target, this one has {target.num_layers}"
+        )
+    if max(drafter.target_layer_ids) >= target.num_layers:
+        problems.append(f"taps {drafter.target_layer_ids} past the target's {target.num_layers} layers")
+    rows = target.embed_tokens.weight.shape[0]
+    if not 0 <= drafter.mask_token_id < rows:
+        problems.append(f"mask token {drafter.mask_token_id} outside the target's {rows} embeddings")
+    theta = (getattr(target.model.config, "rope_parameters", None) or {}).get("rope_theta")
+    if theta is not None and (cfg.rope_parameters or {}).get("rope_theta") != theta:
+        problems.append(f"RoPE theta {cfg.rope_parameters.get('rope_theta')} != target's {theta}")
+    if problems:
+        raise ValueError(f"drafter does not fit target {target.name}: " + "; ".join(problems))
+
+
+def engine_factory(draft_dir: str | Path, block_size: int | None = None):  # type: ignore[no-untyped-def]
+    """For ``trainer.target.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash."""
+    from trainer.target.engine import Engine
+
+    def make(target: Target) -> Engine:
+        drafter = DFlashDraftModel.load(draft_dir)
+        check_compatible(drafter, target)
+        return Engine(target, DFlashSpeculative(drafter, block_size=block_size))
+
+    return make

@@ -71,6 +71,20 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
     raise ValueError(f"unknown RoPE style {style!r}; one of {dcfg.ROPE_STYLES}")
 
 
+_COMPILED_FLEX: dict[str, object] = {}
+
+
+def _flex_attention(device: torch.device):  # type: ignore[no-untyped-def]
+    """flex_attention, compiled on CUDA (only compiled is it block-sparse and fused); eager elsewhere."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _COMPILED_FLEX:
+        _COMPILED_FLEX["cuda"] = torch.compile(flex_attention)
+    return _COMPILED_FLEX["cuda"]
+
+
 @dataclass
 class DraftCache:
     """Per-layer K/V of the context features seen so far (already normed and rotated), for decoding."""
@@ -125,9 +139,7 @@ class DFlashAttention(nn.Module):
         k = torch.cat([k_ctx, k_blk], dim=2)
         v = torch.cat([v_ctx, v_blk], dim=2)
         if mask is not None and not isinstance(mask, torch.Tensor):
-            from torch.nn.attention.flex_attention import flex_attention
-
-            out = flex_attention(q, k, v, block_mask=mask, scale=self.scaling, enable_gqa=True)
+            out = _flex_attention(q.device)(q, k, v, block_mask=mask, scale=self.scaling, enable_gqa=True)
         else:
             rep = self.num_heads // self.num_kv_heads
             if rep > 1:

@@ -223,3 +223,23 @@ def test_model_refuses_a_tap_past_the_last_usable_layer() -> None:
         make_draft_config(
             target.model.config, num_hidden_layers=1, block_size=4, mask_token_id=MASK, target_layer_ids=[5]
         )
+
+
+@torch.no_grad()
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_flex_attention_path_equals_the_explicit_mask() -> None:
+    """GPUs train with flex attention and a block mask; it must compute what SDPA + the dense mask does."""
+    from trainer.dflash.objective import _flex_mask
+
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=4).eval()
+    ids = torch.randint(1, 200, (40,), generator=torch.Generator().manual_seed(0))
+    anchors = torch.tensor([3, 10, 20, 33])
+    taps = target.tap(ids[None], drafter.target_layer_ids)
+    noise = F.embedding(H.block_input_ids(ids, anchors, 4, MASK), target.embed_tokens.weight).reshape(
+        1, 16, -1
+    )
+    pos = torch.cat([torch.arange(40), H.block_positions(anchors, 4).flatten()])[None]
+    dense = drafter(noise, taps, pos, H.block_attention_mask(anchors, 40, 4))
+    flex = drafter(noise, taps, pos, _flex_mask(anchors, 40, 4, torch.device("cpu")))
+    assert torch.allclose(dense, flex, atol=1e-5)
