@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import docker
 from docker.models.containers import Container
 
+from sandboxes import cgroups
 from sandboxes.config import SandboxSettings
 from sandboxes.files import tar_files
 from sandboxes.labels import labels
@@ -256,30 +257,17 @@ class Sandbox:
         return ExecResult(code, out or b"", err or b"", seconds, timed_out=timed_out, oom_killed=oom)
 
     def _oom_kills(self) -> int:
-        """The container cgroup's OOM-kill count (cgroup v1 memory.oom_control or v2 memory.events)."""
-        if self.container is None or self.expired:
-            return 0
-        script = (
-            "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
-            " | awk '$1==\"oom_kill\"{print $2}'"
-        )
-        try:
-            res = self.container.exec_run(["sh", "-c", script], user="root")
-        except docker.errors.APIError:
-            return 0
-        words = res.output.decode().split()
-        return int(words[0]) if words and words[0].isdigit() else 0
+        return 0 if self.container is None or self.expired else cgroups.oom_kills(self.container)
 
     def memory_peak_mb(self) -> float | None:
-        """The container's peak memory so far (cgroup v1 max_usage or v2 memory.peak), in MiB."""
-        if self.container is None or self.expired:
-            return None
-        script = "cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak"
-        try:
-            out = self.container.exec_run(["sh", "-c", script], user="root").output.decode().strip()
-        except docker.errors.APIError:
-            return None
-        return round(int(out) / (1 << 20), 1) if out.isdigit() else None
+        """The container's peak memory so far, page cache included, in MiB."""
+        return None if self.container is None or self.expired else cgroups.memory_peak_mb(self.container)
+
+    def kill_leftovers(self) -> None:
+        """Kill what the agent left running (children of a killed CLI hold memory and may still write)."""
+        if self.container is not None and not self.expired:
+            with contextlib.suppress(docker.errors.APIError):
+                self.container.exec_run(["pkill", "-KILL", "-u", self.settings.user], user="root")
 
     def _copy_repo(self, prepared: Future[tuple[bytes, str]]) -> None:
         assert self.container is not None

@@ -94,6 +94,8 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
         res = box.exec(cmd, env=env, timeout=limit)
         box.timings["agent"] = round(res.seconds, 4)
         reason = _reason(res, limit, settings.memory)
+        if res.exit_code != 0:
+            box.kill_leftovers()
         patch, peak = b"", box.memory_peak_mb()
         if not box.expired:
             t = time.monotonic()
