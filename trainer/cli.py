@@ -15,7 +15,7 @@ app = typer.Typer(
 
 @app.callback()
 def main() -> None:
-    """Keeps `serve-target` a named subcommand even while it is the only one."""
+    """Every command is a named subcommand: `python -m trainer COMMAND`."""
 
 
 @app.command("serve-target")
@@ -34,6 +34,9 @@ def serve_target(
     ),
     cache_dir: Path | None = typer.Option(
         None, help="Model cache; default $DFLASH_CACHE or ~/.cache/dflash-factory."
+    ),
+    threads: int | None = typer.Option(
+        None, help="Torch CPU threads; default torch's choice. 1 decodes faster on a CPU shared with agents."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning, error."),
     draft: Path | None = typer.Option(
@@ -58,6 +61,7 @@ def serve_target(
         served_model_name=served_model_name,
         max_num_seqs=max_num_seqs,
         cache_dir=cache_dir,
+        threads=threads,
         engine_factory=factory,
         log_level=log_level,
     )

@@ -555,15 +555,20 @@ def serve(
     max_num_seqs: int = 4,
     cache_dir: Path | None = None,
     engine_factory: Callable[[Target], Engine] | None = None,
+    threads: int | None = None,
     log_level: str = "info",
 ) -> None:
     """Load `model` and serve it until interrupted. `engine_factory(target) -> Engine` swaps the
-    decoding strategy (the DFlash drafter plugs in here)."""
+    decoding strategy (the DFlash drafter plugs in here); `threads` sets torch's CPU threads."""
     import uvicorn
 
     from trainer.target.loading import load_target
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)  # process-wide: the worker thread's forwards use it too
     started = time.monotonic()
     target = load_target(model, cache_dir=cache_dir)
     engine = engine_factory(target) if engine_factory is not None else Engine(target)

@@ -24,6 +24,8 @@ def test_serve_target_subprocess(tiny: Target) -> None:
         str(port),
         "--max-model-len",
         "256",
+        "--threads",
+        "1",
     ]
     with background(args, f"http://127.0.0.1:{port}/health", timeout=300):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
@@ -59,4 +61,4 @@ def test_cli_lists_serve_target() -> None:
     from trainer.cli import app
 
     result = CliRunner().invoke(app, ["serve-target", "--help"])
-    assert result.exit_code == 0 and "--max-model-len" in result.output
+    assert result.exit_code == 0 and "--max-model-len" in result.output and "--threads" in result.output
