@@ -76,25 +76,12 @@ class Target:
         return head
 
     def default_layer_ids(self, n_draft: int) -> list[int]:
-        """DFlash's tap choice: `n_draft` ids spread evenly from 1 to num_layers − 3 (Qwen3-8B, 36 layers,
-        5 → [1, 9, 17, 25, 33]); one tap sits in the middle. Never the last layer (vLLM reads tap k as the
-        input of layer k + 1, which the last layer lacks). A target too shallow for distinct ids there
-        (tiny-qwen3) gets them spread over 0..num_layers − 2."""
-        n = self.num_layers
-        if n_draft < 1:
-            raise ValueError("n_draft must be at least 1")
-        if n < 2:
-            raise ValueError(f"{self.name} has {n} layer(s): too few to tap")
-        last = n - 2
-        if n_draft == 1:
-            return [min(n // 2, last)]
-        start, end = 1, n - 3
-        if end - start + 1 < n_draft:
-            start, end = 0, last
-        if end - start + 1 < n_draft:
-            raise ValueError(f"{self.name} has {n} layers: too few for {n_draft} distinct taps")
-        span = end - start
-        return [round(start + i * span / (n_draft - 1)) for i in range(n_draft)]
+        """DFlash's tap choice for this target: `n_draft` ids spread evenly from 1 to num_layers − 3
+        (Qwen3-8B, 36 layers, 5 → [1, 9, 17, 25, 33]), never the last layer; see
+        `trainer.dflash.helpers.default_target_layer_ids`, where that convention lives."""
+        from trainer.dflash.helpers import default_target_layer_ids
+
+        return default_target_layer_ids(self.num_layers, n_draft)
 
     # ---- chat rendering ----------------------------------------------------------------------------
     @property

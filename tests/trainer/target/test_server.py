@@ -178,7 +178,7 @@ def test_an_abandoned_stream_is_cancelled(tiny_live: Live) -> None:
     with httpx.stream(
         "POST",
         f"{tiny_live.url}/v1/chat/completions",
-        json={"messages": MESSAGES, "max_tokens": 400, "stream": True},
+        json={"messages": MESSAGES, "max_tokens": 400, "ignore_eos": True, "stream": True},
         timeout=60,
     ) as r:
         for line in r.iter_lines():
