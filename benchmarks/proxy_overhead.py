@@ -56,7 +56,9 @@ async def run_level(port: int, prefix: str, concurrency: int, total: int, chunks
             {"model": f"bench-{chunks}", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         ).encode()
         async with sem:
-            t, n = await one_stream(port, f"{prefix}-{i}/v1/chat/completions" if prefix else "/v1/chat/completions", body)
+            t, n = await one_stream(
+                port, f"{prefix}-{i}/v1/chat/completions" if prefix else "/v1/chat/completions", body
+            )
         ttfbs.append(t)
         events += n
 
@@ -93,13 +95,17 @@ def main() -> None:
     a = ap.parse_args()
     up_port, px_port = free_port(), free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="proxy-bench-"))
-    upstream = start(["-m", "tests.fakes.scripted_upstream", "--port", str(up_port)], f"http://127.0.0.1:{up_port}/health")
+    upstream = start(
+        ["-m", "tests.fakes.scripted_upstream", "--port", str(up_port)], f"http://127.0.0.1:{up_port}/health"
+    )
     proxy = start(
         ["-m", "proxy", "serve", "--upstream", f"http://127.0.0.1:{up_port}", "--port", str(px_port),
          "--data-dir", str(data_dir), "--segment-max-age-s", "1"],
         f"http://127.0.0.1:{px_port}/healthz",
     )  # fmt: skip
-    print(f"{'streams':>7} {'ttfb p50 +ms':>13} {'ttfb p99 +ms':>13} {'direct ev/s':>12} {'proxy ev/s':>11} {'ratio':>6} {'records/calls':>14}")
+    print(
+        f"{'streams':>7} {'ttfb p50 +ms':>13} {'ttfb p99 +ms':>13} {'direct ev/s':>12} {'proxy ev/s':>11} {'ratio':>6} {'records/calls':>14}"
+    )
     try:
         for level in (int(x) for x in a.levels.split(",")):
             total = max(level, a.requests if level > 1 else a.requests // 2)
