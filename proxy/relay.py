@@ -7,6 +7,7 @@ response ends, so a client that saw the end of a response can rely on its record
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -26,6 +27,8 @@ from proxy.routes import Match, family_for_path, match
 from proxy.sink import CallSink, durable
 from proxy.upstream import UpstreamClients
 from proxy.validate import Rejected, parse_json_body, read_body
+
+log = logging.getLogger(__name__)
 
 HOP_BY_HOP = {
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -182,6 +185,8 @@ class Relay:
         decoder = (
             StreamDecoder(call.response_encoding) if exchange.rewrites and call.response_encoding else None
         )
+        # An injected error event is only readable by the client in a stream it gets uncompressed.
+        readable = exchange.rewrites or not call.response_encoding
         try:
             async for chunk in resp.aiter_raw():
                 call.response_chunks.append(chunk)
@@ -196,8 +201,13 @@ class Relay:
             call.finish()
         except httpx.HTTPError as exc:
             call.finish("upstream_error", f"upstream stream broke: {exc!r}")
-            if not call.response_encoding:  # an injected event is only readable in a plain stream
+            if readable:
                 yield errors.stream_error_event(call.api, "upstream connection lost mid-stream")
+        except Exception as exc:  # a stream the exchange could not handle must not take the proxy down
+            log.exception("relaying call %s failed", call.call_id)
+            call.finish("upstream_error", f"proxy could not relay the upstream stream: {exc!r}")
+            if readable:
+                yield errors.stream_error_event(call.api, "proxy could not relay the upstream stream")
         except BaseException:  # cancelled or closed: the client went away
             call.finish("client_disconnected", "client disconnected before the end of the stream")
             wait = False

@@ -135,3 +135,20 @@ async def test_upstream_error_in_chat_mode_comes_back_in_anthropic_shape():
     assert r.status_code == 400
     assert r.json()["type"] == "error" and "maximum context length" in r.json()["error"]["message"]
     assert sink.calls[0].outcome == "upstream_error"
+
+
+async def test_a_stream_the_translator_cannot_handle_ends_with_an_error_event(monkeypatch):
+    from proxy.translate import AnthropicStreamTranslator
+
+    def broken(self, raw):
+        raise ValueError("unexpected chunk")
+
+    monkeypatch.setattr(AnthropicStreamTranslator, "feed_bytes", broken)
+    async with proxied(lambda req: reply(200, CHAT_STREAM, "text/event-stream"), upstream_api="chat") as (
+        client,
+        sink,
+    ):
+        r = await client.post("/v1/messages", json={**MSG, "stream": True})
+        assert (await client.get("/healthz")).status_code == 200
+    assert "event: error" in r.text
+    assert sink.calls[0].outcome == "upstream_error" and "unexpected chunk" in (sink.calls[0].error or "")
