@@ -15,7 +15,7 @@ TARGET_MODEL ?= smollm2
 TARGET_HOST ?= 127.0.0.1
 TARGET_PORT ?= 8000
 
-.PHONY: install agents test lint format typecheck proxy target
+.PHONY: install agents test lint format typecheck proxy target postgres
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,7 +44,14 @@ format: install
 typecheck: install
 	$(BIN)/mypy
 
-test: install agents lint typecheck
+# The docker and database tests are part of the suite: the engine and a local PostgreSQL are ensured first.
+DFLASH_TEST_PG_URL ?= postgresql://dflash:dflash@127.0.0.1:5432/dflash_test
+export DFLASH_TEST_PG_URL
+
+postgres:
+	bash factory/db/ensure_postgres.sh
+
+test: install agents docker postgres lint typecheck
 	$(BIN)/pytest -q
 
 proxy: install
