@@ -56,7 +56,7 @@ def spawn(url: str, tmp_path: Path, log: Path, **kw) -> subprocess.Popen:
 def test_concurrent_processes_never_run_a_session_twice(tmp_path, db_url):
     sessions, total = setup_db(db_url, tmp_path, repos=3, issues=4)  # 72 sessions
     log = tmp_path / "runs.jsonl"
-    procs = [spawn(db_url, tmp_path, log, concurrency=4, sleep=0.01) for _ in range(3)]
+    procs = [spawn(db_url, tmp_path, log, concurrency=4, sleep=0.2) for _ in range(3)]
     for p in procs:
         _out, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
@@ -69,11 +69,20 @@ def test_concurrent_processes_never_run_a_session_twice(tmp_path, db_url):
 def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path, db_url):
     sessions, total = setup_db(db_url, tmp_path, repos=2, issues=4)  # 48 sessions
     log = tmp_path / "runs.jsonl"
-    p = spawn(db_url, tmp_path, log, concurrency=3, sleep=0.3, lease=600)
+    p = spawn(db_url, tmp_path, log, concurrency=3, sleep=0.5, lease=600)
     deadline = time.time() + 120
-    while sum(e["event"] == "finish" for e in events(log)) < 6:
+
+    def count(event: str) -> int:
+        return sum(e["event"] == event for e in events(log))
+
+    while count("finish") < 6:
         assert time.time() < deadline and p.poll() is None
-        time.sleep(0.05)
+        time.sleep(0.02)
+    # kill right after a session starts: it is then in flight for 0.5 s
+    starts = count("start")
+    while count("start") == starts:
+        assert time.time() < deadline and p.poll() is None
+        time.sleep(0.005)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     with sessions() as s:
