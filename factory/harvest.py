@@ -53,7 +53,6 @@ class HarvestOptions:
     held_out: float = 0.05
     image: str | None = None
     runner: str = "sandbox"  # or "fake": scripted sessions without Docker (tests, dry runs)
-    extra_env: dict[str, str] = field(default_factory=dict)
 
 
 def free_port() -> int:

@@ -22,7 +22,6 @@ class Progress:
         self._last = 0.0
         self._live: Live | None = None
         self._calls0: int | None = None
-        self.snapshot: dict[str, object] = {}
 
     def table(self, runner: Runner) -> Table:
         c = queue.counts(runner.sessions)
@@ -35,14 +34,6 @@ class Progress:
         if runner.cfg.limit is not None:
             pending = min(pending, max(0, runner.cfg.limit - st.claimed))
         left = eta(pending + len(st.in_flight), rate)
-        self.snapshot = {
-            "done": c.get("done", 0),
-            "failed": c.get("failed", 0),
-            "running": c.get("running", 0),
-            "pending": c.get("pending", 0),
-            "rate": rate,
-            "calls": calls,
-        }
         cells = [
             ("done", str(c.get("done", 0))),
             ("failed", str(c.get("failed", 0))),
