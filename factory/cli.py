@@ -300,6 +300,9 @@ def harvest(
         str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")
     ] = "smollm2",
     target_max_model_len: Annotated[int, typer.Option(help="Context the CPU stand-in accepts")] = 65536,
+    target_max_tokens: Annotated[
+        int, typer.Option(help="CPU stand-in: larger completion limits are lowered to this")
+    ] = 96,
     upstream_api: Annotated[
         str, typer.Option(help="chat (token ids on every call) or native, for a TARGET_URL")
     ] = "chat",
@@ -318,7 +321,7 @@ def harvest(
         concurrency=concurrency, agents=agents, langs=langs, seed=seed, repos_limit=repos_limit,
         translate_limit=translate_limit, session_timeout_s=session_timeout, target_model=target_model,
         held_out=held_out, image=image, runner=runner, target_max_model_len=target_max_model_len,
-        upstream_api=upstream_api,
+        upstream_api=upstream_api, target_max_tokens=target_max_tokens,
         target_args=target_arg or [],
     )  # fmt: skip
     summary = run_harvest(opts, console)

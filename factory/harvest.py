@@ -35,6 +35,8 @@ class HarvestOptions:
     # rejects every such call (as vLLM would). A longer limit lets the calls through; generation still
     # ends at EOS or when the session's time is up.
     target_max_model_len: int = 65536
+    # ...and a CPU cannot decode 32k tokens within a session: the stand-in lowers larger limits to this.
+    target_max_tokens: int = 96
     # chat: the proxy translates Messages/Responses calls into Chat Completions, the only API whose
     # answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
     upstream_api: str = "chat"
@@ -124,6 +126,8 @@ def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str,
                     str(port),
                     "--max-model-len",
                     str(opts.target_max_model_len),
+                    "--max-tokens-cap",
+                    str(opts.target_max_tokens),
                     *opts.target_args,
                 ],
                 f"{target}/health",

@@ -127,7 +127,9 @@ class Relay:
         return headers
 
     async def _forward(self, request: Request, call: Call, family: str, exchange: Exchange) -> Response:
-        query = request.url.query
+        # The client's query string belongs to its own route (Claude Code's `?beta=true`), not to a
+        # translated one.
+        query = request.url.query if call.path.startswith(exchange.upstream_path) else ""
         url = self.settings.upstream + exchange.upstream_path + (f"?{query}" if query else "")
         client = self.client.pick()
         up_req = client.build_request(

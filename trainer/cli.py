@@ -39,6 +39,9 @@ def serve_target(
         None, help="Torch CPU threads; default torch's choice. 1 decodes faster on a CPU shared with agents."
     ),
     log_level: str = typer.Option("info", help="debug, info, warning, error."),
+    max_tokens_cap: int | None = typer.Option(
+        None, help="Stand-in only: lower any larger requested completion limit to this (agents ask for 32k)."
+    ),
     draft: Path | None = typer.Option(
         None,
         "--draft",
@@ -64,6 +67,7 @@ def serve_target(
         threads=threads,
         engine_factory=factory,
         log_level=log_level,
+        max_tokens_cap=max_tokens_cap,
     )
 
 

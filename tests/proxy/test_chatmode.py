@@ -47,6 +47,7 @@ async def test_messages_are_translated_to_chat_and_back(seen):
     }
     sent = json.loads(seen[0].content)
     assert seen[0].url.path == "/v1/chat/completions" and sent["return_token_ids"] is True
+    assert seen[0].url.query == b""  # `?beta=true` belongs to the Messages route
     rec = row(sink.calls[0])
     assert (
         rec["translated"] and rec["prompt_token_ids"] == [1, 2, 3] and rec["completion_token_ids"] == [7, 8]

@@ -129,8 +129,12 @@ class TargetServer:
         max_model_len: int | None = None,
         served_model_name: str | None = None,
         max_num_seqs: int = 4,
+        max_tokens_cap: int | None = None,
     ) -> None:
         self.target = target
+        # Stand-in only (vLLM has no such switch): agents ask for 32k-token completions, which a CPU
+        # cannot produce within a session's time limit, so a requested limit above the cap is lowered.
+        self.max_tokens_cap = max_tokens_cap
         self.engine = engine or Engine(target)
         self.max_model_len = max_model_len or target.max_position_embeddings
         if self.max_model_len > target.max_position_embeddings:
@@ -487,6 +491,8 @@ class TargetServer:
         if n_prompt == 0:
             raise OpenAIError(400, "the prompt is empty", param="prompt")
         limit = self.max_model_len
+        if self.max_tokens_cap is not None and (max_tokens is None or max_tokens > self.max_tokens_cap):
+            max_tokens = min(self.max_tokens_cap, max(limit - n_prompt, 0))
         # vLLM's own checks and wording (serving_engine._validate_input).
         if n_prompt >= limit:
             raise OpenAIError(
@@ -557,6 +563,7 @@ def serve(
     engine_factory: Callable[[Target], Engine] | None = None,
     threads: int | None = None,
     log_level: str = "info",
+    max_tokens_cap: int | None = None,
 ) -> None:
     """Load `model` and serve it until interrupted. `engine_factory(target) -> Engine` swaps the
     decoding strategy (the DFlash drafter plugs in here); `threads` sets torch's CPU threads."""
@@ -578,6 +585,7 @@ def serve(
         max_model_len=max_model_len,
         served_model_name=served_model_name,
         max_num_seqs=max_num_seqs,
+        max_tokens_cap=max_tokens_cap,
     )
     log.info(
         "loaded %s (%d layers, hidden %d) in %.1fs; serving %r on http://%s:%d (max_model_len %d, strategy %s)",

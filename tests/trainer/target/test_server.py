@@ -319,3 +319,16 @@ def test_tools_are_not_parsed_without_tools_or_with_tool_choice_none(scripted: t
         model="tiny-qwen3", messages=MESSAGES, tools=TOOLS, tool_choice="none"
     )
     assert none.choices[0].message.content == CALL and none.choices[0].finish_reason == "stop"
+
+
+def test_max_tokens_cap_lowers_agent_sized_limits(tiny: Target) -> None:
+    """Agents ask for 32k completion tokens; a capped stand-in answers with at most the cap."""
+    with live(TargetServer(tiny, max_model_len=512, max_tokens_cap=5)) as server:
+        big = server.client.chat.completions.create(
+            model="tiny-qwen3", messages=MESSAGES, max_tokens=32000, temperature=0, extra_body=TOKEN_IDS
+        )
+        small = server.client.chat.completions.create(
+            model="tiny-qwen3", messages=MESSAGES, max_tokens=3, temperature=0, extra_body=TOKEN_IDS
+        )
+    assert len(big.choices[0].token_ids) == 5 and big.choices[0].finish_reason == "length"
+    assert len(small.choices[0].token_ids) == 3
