@@ -289,20 +289,20 @@ def harvest(
         str | None, typer.Option(envvar="GITHUB_TOKEN", help="Unset: bundled sample")
     ] = None,
     limit: Annotated[int, typer.Option(help="Sessions to run")] = 6,
-    concurrency: Annotated[int, typer.Option(min=1)] = 2,
+    concurrency: Annotated[int, typer.Option(min=1)] = 1,
     agents: Annotated[str, typer.Option()] = "claude-code,codex,opencode",
     langs: Annotated[str, typer.Option()] = "en,ko",
     seed: Annotated[int, typer.Option()] = 0,
     repos_limit: Annotated[int | None, typer.Option(help="GitHub: first N repositories only")] = None,
     translate_limit: Annotated[int | None, typer.Option()] = None,
-    session_timeout: Annotated[float, typer.Option(help="Seconds an agent may run")] = 300.0,
+    session_timeout: Annotated[float, typer.Option(help="Seconds an agent may run")] = 600.0,
     target_model: Annotated[
         str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")
     ] = "smollm2",
     target_max_model_len: Annotated[int, typer.Option(help="Context the CPU stand-in accepts")] = 65536,
     target_max_tokens: Annotated[
         int, typer.Option(help="CPU stand-in: larger completion limits are lowered to this")
-    ] = 96,
+    ] = 64,
     upstream_api: Annotated[
         str, typer.Option(help="chat (token ids on every call) or native, for a TARGET_URL")
     ] = "chat",

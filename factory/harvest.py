@@ -36,20 +36,20 @@ class HarvestOptions:
     # ends at EOS or when the session's time is up.
     target_max_model_len: int = 65536
     # ...and a CPU cannot decode 32k tokens within a session: the stand-in lowers larger limits to this.
-    target_max_tokens: int = 96
+    target_max_tokens: int = 64
     # chat: the proxy translates Messages/Responses calls into Chat Completions, the only API whose
     # answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
     upstream_api: str = "chat"
     target_args: list[str] = field(default_factory=list)  # extra `serve-target` arguments
     github_token: str | None = None
     limit: int = 6
-    concurrency: int = 2
+    concurrency: int = 1  # the CPU stand-in serves one forward at a time: more sessions only interleave
     agents: str = "claude-code,codex,opencode"
     langs: str = "en,ko"
     seed: int = 0
     repos_limit: int | None = None  # GitHub: only the first N repositories of repos.yaml
     translate_limit: int | None = None
-    session_timeout_s: float = 300.0
+    session_timeout_s: float = 600.0
     proxy_port: int = 0  # 0: a free port
     target_port: int = 0
     held_out: float = 0.05
