@@ -187,14 +187,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 class Progress:
-    """A rich progress bar with loss, per-position accuracy and throughput (main process only)."""
+    """A rich progress bar with loss, per-position accuracy and throughput (main process only); on a
+    non-terminal (a log file, CI) one line every 10 seconds instead."""
 
     def __init__(self, total: int, start: int, block_size: int, enabled: bool) -> None:
         self.enabled = enabled
+        self.total = total
         self.show = min(block_size - 1, 6)
-        self._bar = None
+        self._bar: Any = None
         self._last_log = 0.0
-        if enabled:
+        if enabled and sys.stdout.isatty():
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -211,20 +213,20 @@ class Progress:
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[stats]}"),
-                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task("train", total=total, completed=start, stats="")
 
     def update(self, step: int, loss: float, acc: list[float], tok_s: float) -> None:
-        if not self.enabled or self._bar is None:
+        if not self.enabled:
             return
         accs = " ".join(f"{a:.2f}" for a in acc[: self.show])
         stats = f"loss {loss:.3f} | acc@1..{self.show} {accs} | {tok_s:,.0f} tok/s"
-        self._bar.update(self._task, completed=step, stats=stats)
-        if not sys.stdout.isatty() and time.monotonic() - self._last_log > 10:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, stats=stats)
+        elif time.monotonic() - self._last_log > 10 or step == self.total:
             self._last_log = time.monotonic()
-            self._bar.console.print(f"step {step}: {stats}")
+            print(f"step {step}/{self.total}: {stats}", flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -255,7 +257,10 @@ def train(cfg: TrainConfig, argv: Sequence[str] = (), resume: bool = True, targe
     if mp == "auto":
         mp = "bf16" if torch.cuda.is_available() else "no"
     acc = Accelerator(
-        mixed_precision=mp, gradient_accumulation_steps=cfg.grad_accum, step_scheduler_with_optimizer=False
+        mixed_precision=mp,
+        gradient_accumulation_steps=cfg.grad_accum,
+        step_scheduler_with_optimizer=False,
+        cpu=not torch.cuda.is_available(),  # several CPU processes (torchrun) then train as DDP over gloo
     )
     runs_dir = Path(cfg.runs_dir)
     name = run_name(cfg)

@@ -11,7 +11,7 @@ three shapes the proxy records:
 - ``opencode``: Chat Completions, most with token ids, some without (the trainer re-renders those and
   keeps them only when the lengths match the usage).
 
-A quarter of the sessions are in Korean. One tagged row and one failed call show the exclusions.
+A quarter of the sessions are in Korean, spread over the repositories. One tagged row and one failed call show the exclusions.
 ``make train`` uses the sample only when ``make harvest`` has produced no data yet.
 """
 
@@ -109,7 +109,9 @@ FOLLOW_KO = [
 
 def _session(rng: random.Random, i: int) -> dict[str, Any]:
     agent = ("claude-code", "codex", "opencode")[i % 3]
-    repo, path, code = REPOS[i % len(REPOS)]
+    # ten repositories with two sessions each: agent, language and repository vary independently, so a
+    # held-out repository is not also a held-out language
+    repo, path, code = REPOS[i % 10]
     korean = i % 4 == 3
     test = "tests/test_" + Path(path).stem + ".py"
     fmt = {"path": path, "code": code, "test": test, "first": code.splitlines()[0]}
@@ -354,7 +356,7 @@ def write(rows: list[dict[str, Any]], out: Path) -> Path:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m trainer.data.make_sample")
     ap.add_argument("--target", default="smollm2")
-    ap.add_argument("--sessions", type=int, default=24)
+    ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=72)
     ap.add_argument("--seed", type=int, default=0)
