@@ -40,7 +40,15 @@ def test_ddp_two_processes_on_cpu(tmp_path: Path) -> None:
         "anchors=16",
     ]
     # torchrun is what `accelerate launch` runs for multi-process jobs; on CPU Accelerator picks gloo
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+    ]
     cmd += ["-m", "trainer.train"]
     for a in args:
         cmd += ["--set", a]

@@ -73,14 +73,34 @@ REPOS = [
     ("acme/textparse", "src/textparse/split.py", 'def split_words(s):\n    return s.split(" ")\n'),
     ("acme/calc", "calc/ops.py", "def divide(a, b):\n    return a / b\n"),
     ("lumen/http-retry", "retry/backoff.py", "def delay(attempt):\n    return 2 ** attempt\n"),
-    ("lumen/csvkit-lite", "csvlite/read.py", "def read_rows(path):\n    return open(path).read().split('\\n')\n"),
+    (
+        "lumen/csvkit-lite",
+        "csvlite/read.py",
+        "def read_rows(path):\n    return open(path).read().split('\\n')\n",
+    ),
     ("hanbit/todo-api", "app/routes.py", "@app.get('/todos')\ndef list_todos():\n    return db.all()\n"),
-    ("hanbit/kv-store", "kv/store.py", "class Store:\n    def get(self, key):\n        return self.data[key]\n"),
+    (
+        "hanbit/kv-store",
+        "kv/store.py",
+        "class Store:\n    def get(self, key):\n        return self.data[key]\n",
+    ),
     ("oak/geometry", "geometry/shapes.py", "def area(r):\n    return 3.14 * r * r\n"),
-    ("oak/dates", "dates/parse.py", "def parse(s):\n    y, m, d = s.split('-')\n    return int(y), int(m), int(d)\n"),
-    ("pine/markdown-toc", "toc/build.py", "def headings(md):\n    return [l for l in md.splitlines() if l.startswith('#')]\n"),
+    (
+        "oak/dates",
+        "dates/parse.py",
+        "def parse(s):\n    y, m, d = s.split('-')\n    return int(y), int(m), int(d)\n",
+    ),
+    (
+        "pine/markdown-toc",
+        "toc/build.py",
+        "def headings(md):\n    return [l for l in md.splitlines() if l.startswith('#')]\n",
+    ),
     ("pine/slugify", "slugify/core.py", "def slugify(s):\n    return s.lower().replace(' ', '-')\n"),
-    ("river/cache", "cache/lru.py", "class LRU:\n    def __init__(self, n):\n        self.n = n\n        self.d = {}\n"),
+    (
+        "river/cache",
+        "cache/lru.py",
+        "class LRU:\n    def __init__(self, n):\n        self.n = n\n        self.d = {}\n",
+    ),
     ("river/cli-args", "cliargs/parse.py", "def parse(argv):\n    return dict(a.split('=') for a in argv)\n"),
 ]
 
@@ -117,7 +137,13 @@ def _session(rng: random.Random, i: int) -> dict[str, Any]:
     fmt = {"path": path, "code": code, "test": test, "first": code.splitlines()[0]}
     task = rng.choice(TASKS_KO if korean else TASKS_EN).format(**fmt)
     follows = [f.format(**fmt) for f in rng.sample(FOLLOW_KO if korean else FOLLOW_EN, 2)]
-    return {"agent": agent, "repo": repo, "language": "ko" if korean else "en", "task": task, "follows": follows}
+    return {
+        "agent": agent,
+        "repo": repo,
+        "language": "ko" if korean else "en",
+        "task": task,
+        "follows": follows,
+    }
 
 
 def _api_request(agent: str, chat: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
@@ -168,8 +194,12 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
             chat = {"model": target_name, "messages": [dict(m) for m in messages], "tools": TOOLS}
             api, body, upstream = _api_request(s["agent"], chat)
             sent = upstream or chat
-            prompt = target.render(sent["messages"], sent.get("tools"), chat_template_kwargs=sent.get("chat_template_kwargs"))
-            params = SamplingParams(max_tokens=max_tokens, temperature=0.7, top_p=0.9, seed=rng.getrandbits(31))
+            prompt = target.render(
+                sent["messages"], sent.get("tools"), chat_template_kwargs=sent.get("chat_template_kwargs")
+            )
+            params = SamplingParams(
+                max_tokens=max_tokens, temperature=0.7, top_p=0.9, seed=rng.getrandbits(31)
+            )
             t0 = time.monotonic()
             steps = list(engine.steps(prompt, params))
             completion = [t for st in steps for t in st.token_ids]
@@ -303,7 +333,9 @@ def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) ->
         response = {
             "object": "chat.completion",
             "model": target_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            ],
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(completion)},
         }
         rows.append(

@@ -113,7 +113,11 @@ def parquet_files(path: str | Path) -> list[Path]:
     if p.is_file():
         return [p]
     files = (
-        sorted(f for f in p.rglob("*.parquet") if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts))
+        sorted(
+            f
+            for f in p.rglob("*.parquet")
+            if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+        )
         if p.is_dir()
         else []
     )
