@@ -84,7 +84,14 @@ def _q(cmd: list[str]) -> str:
 
 
 def sbatch_script(launch: Launch, name: str, config: str, overrides: list[str], run_dir: Path) -> str:
-    s = {"partition": None, "time": "24:00:00", "account": None, "cpus_per_task": 16, "mem": "0", "extra": []}
+    s: dict[str, Any] = {
+        "partition": None,
+        "time": "24:00:00",
+        "account": None,
+        "cpus_per_task": 16,
+        "mem": "0",
+        "extra": [],
+    }
     s.update(launch.slurm or {})
     lines = [
         "#!/bin/bash",

@@ -116,6 +116,13 @@ def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> No
         config_from_dict(config), len(config["dflash_config"]["target_layer_ids"])
     )
     assert json.loads((out / "dflash_factory.json").read_text())["eval"]["lossless"] is True
+    # the round trip: the export loads back as the trained drafter (up to bf16 rounding)
+    from trainer.dflash.model import DFlashDraftModel
+
+    trained, back = DFlashDraftModel.load(run / "drafter"), DFlashDraftModel.load(out)
+    assert back.target_layer_ids == trained.target_layer_ids and back.block_size == trained.block_size
+    for name, w in trained.state_dict().items():
+        assert torch.allclose(back.state_dict()[name], w.to(torch.bfloat16).float()), name
 
 
 def test_sigterm_checkpoints_and_the_run_resumes(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]

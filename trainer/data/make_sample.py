@@ -193,7 +193,7 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
         for c in range(calls):
             chat = {"model": target_name, "messages": [dict(m) for m in messages], "tools": TOOLS}
             api, body, upstream = _api_request(s["agent"], chat)
-            sent = upstream or chat
+            sent: dict[str, Any] = upstream or chat
             prompt = target.render(
                 sent["messages"], sent.get("tools"), chat_template_kwargs=sent.get("chat_template_kwargs")
             )
@@ -323,7 +323,7 @@ def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) ->
     clock = 1_767_225_600.0
     for i in range(prompts):
         question = CHAT_PROMPTS[i % len(CHAT_PROMPTS)]
-        chat = {"model": target_name, "messages": [{"role": "user", "content": question}]}
+        chat: dict[str, Any] = {"model": target_name, "messages": [{"role": "user", "content": question}]}
         prompt = target.render(chat["messages"])
         params = SamplingParams(max_tokens=max_tokens, temperature=0.7, top_p=0.9, seed=rng.getrandbits(31))
         steps = list(engine.steps(prompt, params))

@@ -24,6 +24,12 @@ from trainer.target.engine import Sampler, SpecDecodeStats
 from trainer.target.model import Target
 
 
+def _weight(module: torch.nn.Module) -> torch.Tensor:
+    w = module.weight
+    assert isinstance(w, torch.Tensor)
+    return w
+
+
 class DFlashSpeculative:
     """A ``DecodingStrategy``: yields the prefill's first token, then 1 + accepted drafts per verify."""
 
@@ -48,9 +54,9 @@ class DFlashSpeculative:
         block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=dev)
         block[0, 0] = last
         positions = torch.arange(start - ctx.shape[1], start + b, device=dev)[None]
-        noise = F.embedding(block, target.embed_tokens.weight).to(ctx.dtype)
+        noise = F.embedding(block, _weight(target.embed_tokens)).to(ctx.dtype)
         hidden = self.drafter(noise, ctx, positions, None, cache)
-        return F.linear(hidden[0, 1:], target.lm_head.weight).float()
+        return F.linear(hidden[0, 1:], _weight(target.lm_head)).float()
 
     @torch.no_grad()
     def steps(
@@ -64,7 +70,7 @@ class DFlashSpeculative:
         layer_ids = self.drafter.target_layer_ids
         cache = target.new_cache()
         dcache = DraftCache()
-        dev = target.embed_tokens.weight.device
+        dev = _weight(target.embed_tokens).device
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
         feats = []
         for s in range(0, ids.shape[1], self.prefill_chunk):
@@ -145,12 +151,13 @@ def check_compatible(drafter: DFlashDraftModel, target: Target) -> None:
         )
     if max(drafter.target_layer_ids) >= target.num_layers:
         problems.append(f"taps {drafter.target_layer_ids} past the target's {target.num_layers} layers")
-    rows = target.embed_tokens.weight.shape[0]
+    rows = _weight(target.embed_tokens).shape[0]
     if not 0 <= drafter.mask_token_id < rows:
         problems.append(f"mask token {drafter.mask_token_id} outside the target's {rows} embeddings")
-    theta = (getattr(target.model.config, "rope_parameters", None) or {}).get("rope_theta")
-    if theta is not None and (cfg.rope_parameters or {}).get("rope_theta") != theta:
-        problems.append(f"RoPE theta {cfg.rope_parameters.get('rope_theta')} != target's {theta}")
+    theta = dict(getattr(target.model.config, "rope_parameters", None) or {}).get("rope_theta")
+    mine = dict(cfg.rope_parameters or {}).get("rope_theta")
+    if theta is not None and mine != theta:
+        problems.append(f"RoPE theta {mine} != target's {theta}")
     if problems:
         raise ValueError(f"drafter does not fit target {target.name}: " + "; ".join(problems))
 

@@ -98,9 +98,9 @@ class DFlashAttention(nn.Module):
     def __init__(self, cfg: Qwen3Config) -> None:
         super().__init__()
         h = cfg.hidden_size
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or h // self.num_heads
+        self.num_heads = int(cfg.num_attention_heads)
+        self.num_kv_heads = int(cfg.num_key_value_heads or self.num_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or h // self.num_heads)
         bias = bool(getattr(cfg, "attention_bias", False))
         self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=bias)
         self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=bias)
