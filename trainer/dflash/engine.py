@@ -54,9 +54,11 @@ class DFlashSpeculative:
         block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=dev)
         block[0, 0] = last
         positions = torch.arange(start - ctx.shape[1], start + b, device=dev)[None]
-        noise = F.embedding(block, _weight(target.embed_tokens)).to(ctx.dtype)
-        hidden = self.drafter(noise, ctx, positions, None, cache)
-        return F.linear(hidden[0, 1:], _weight(target.lm_head)).float()
+        dtype = self.drafter.fc.weight.dtype  # the drafter may run in another precision than the target
+        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
+        hidden = self.drafter(noise, ctx.to(dtype), positions, None, cache)
+        head = _weight(target.lm_head)
+        return F.linear(hidden[0, 1:].to(head.dtype), head).float()
 
     @torch.no_grad()
     def steps(
@@ -71,6 +73,8 @@ class DFlashSpeculative:
         cache = target.new_cache()
         dcache = DraftCache()
         dev = _weight(target.embed_tokens).device
+        if self.drafter.fc.weight.device != dev:
+            self.drafter.to(dev)
         ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
         feats = []
         for s in range(0, ids.shape[1], self.prefill_chunk):

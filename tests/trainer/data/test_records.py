@@ -221,3 +221,16 @@ def test_language_comes_from_the_row_or_the_text(tiny: Target) -> None:
     assert to_example(tiny, row).language == "ko"
     assert to_example(tiny, chat_row(tiny)).language == "en"
     assert to_example(tiny, chat_row(tiny, language="ko")).language == "ko"
+
+
+def test_the_mask_never_covers_the_prompt_or_its_scaffolding(tiny: Target) -> None:
+    """The killer where a template's assistant mask silently comes back all ones: here the mask comes from
+    the prompt/completion boundary, so the whole rendered prompt — the turn header included — is 0."""
+    from trainer.data.build import merge_sessions
+
+    ex = to_example(tiny, chat_row(tiny))
+    assert tiny.decode(ex.prompt_ids, skip_special_tokens=False).endswith("<|im_start|>assistant\n")
+    (seq,) = merge_sessions([ex])
+    n = len(ex.prompt_ids)
+    assert seq.loss_mask[:n] == [0] * n
+    assert 0 < sum(seq.loss_mask) < len(seq.loss_mask)
