@@ -142,18 +142,6 @@ def block_mask_mod(anchors: torch.Tensor, context_len: int, block_size: int):  #
     return mask_mod
 
 
-def weighted_block_loss(
-    logits: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor
-) -> torch.Tensor:
-    """Cross-entropy over block slots weighted by ``weights[k]``, normalised by the total valid weight.
-
-    ``logits`` [A, B, V]; ``labels``/``valid`` [A, B]; ``weights`` [B].
-    """
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="none")
-    w = (weights[None, :] * valid.to(weights.dtype)).flatten()
-    return (ce * w).sum() / w.sum().clamp_min(1e-9)
-
-
 def per_position_accuracy(
     pred: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -116,3 +116,45 @@ def test_overfitting_one_sequence_drives_tau_to_the_block_size() -> None:
     assert got == cont  # still the target's greedy output
     tau = sum(per_step) / len(per_step)
     assert tau >= b - 1.0, (tau, per_step, stats)
+
+
+@torch.no_grad()
+def test_the_objective_is_the_weighted_mean_cross_entropy_of_valid_slots() -> None:
+    """dflash_loss == sum_k w_k CE_k / sum_k w_k over valid slots, computed here the slow way."""
+    import torch.nn.functional as F
+
+    target = tiny_target()
+    b = 4
+    drafter = tiny_drafter(target, block_size=b)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 200, (30,), generator=g)
+    mask = torch.tensor([0] * 10 + [1] * 12 + [0] * 3 + [1] * 5)
+    anchors = H.sample_anchors(mask, 512)
+    taps = target.tap(ids[None], drafter.target_layer_ids)
+    w = H.loss_weights(b, 2.0)
+    kw = dict(embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight)
+    out = dflash_loss(
+        drafter,
+        taps=taps,
+        input_ids=ids,
+        loss_mask=mask,
+        anchors=anchors,
+        block_size=b,
+        mask_token_id=MASK,
+        weights=w,
+        chunk=7,
+        **kw,
+    )
+    blk = F.embedding(H.block_input_ids(ids, anchors, b, MASK), target.embed_tokens.weight).reshape(1, -1, 64)
+    pos = torch.cat([torch.arange(30), H.block_positions(anchors, b).flatten()])[None]
+    hidden = drafter(blk, taps, pos, H.block_attention_mask(anchors, 30, b)).reshape(anchors.numel(), b, -1)
+    labels, valid = H.block_labels(ids, mask, anchors, b)
+    num = den = 0.0
+    for j in range(anchors.numel()):
+        for k in range(b):
+            if valid[j, k]:
+                ce = F.cross_entropy(F.linear(hidden[j, k], target.lm_head.weight)[None], labels[j, k][None])
+                num += float(w[k] * ce)
+                den += float(w[k])
+    assert float(out.loss) == pytest.approx(num / den, rel=1e-4)
+    assert int(out.total.sum()) == int(valid.sum()) and out.n_labels == int(valid.sum())

@@ -112,17 +112,6 @@ def test_flex_mask_mod_agrees_with_the_dense_mask() -> None:
     assert torch.equal(mod(zero, zero, q, kv), dense)
 
 
-def test_weighted_loss_is_the_weighted_mean_of_valid_slots() -> None:
-    torch.manual_seed(0)
-    logits = torch.randn(2, 4, 10)
-    labels = torch.randint(0, 10, (2, 4))
-    valid = torch.tensor([[False, True, True, False], [False, True, False, False]])
-    w = H.loss_weights(4, 2.0)
-    ce = torch.nn.functional.cross_entropy(logits.view(-1, 10), labels.view(-1), reduction="none").view(2, 4)
-    expected = (ce[0, 1] * w[1] + ce[0, 2] * w[2] + ce[1, 1] * w[1]) / (2 * w[1] + w[2])
-    assert H.weighted_block_loss(logits, labels, valid, w) == pytest.approx(float(expected), rel=1e-5)
-
-
 def test_per_position_accuracy_counts_valid_slots_only() -> None:
     labels = torch.tensor([[9, 1, 2, 3], [9, 1, 5, 6]])
     pred = torch.tensor([[0, 1, 0, 3], [0, 1, 5, 0]])
