@@ -467,7 +467,7 @@ def train(cfg: TrainConfig, argv: Sequence[str] = (), resume: bool = True, targe
 
     if stop["signal"]:
         path = save_checkpoint()
-        log(f"signal {stop['signal']}: saved {path}; resume with the same command")
+        log(f"signal {stop['signal']}: saved {path}; resume with --set name={name}")
         raise SystemExit(128 + stop["signal"])
 
     # 6. the drafter, in the released layout ------------------------------------------------------------
