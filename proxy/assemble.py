@@ -71,8 +71,8 @@ def _sum_ints(d: dict[str, Any], *keys: str) -> int | None:
 def _anthropic_stream(data: bytes) -> dict[str, Any] | None:
     msg: dict[str, Any] | None = None
     partial: dict[int, str] = {}
-    for name, ev in sse.json_events(data):
-        kind = ev.get("type", name)
+    for ev in sse.json_events(data):
+        kind = ev.get("type")
         if kind == "message_start":
             msg = dict(ev.get("message") or {})
             msg["content"] = list(msg.get("content") or [])
@@ -120,8 +120,8 @@ def _apply_anthropic_delta(
 def _responses_stream(data: bytes) -> dict[str, Any] | None:
     final: dict[str, Any] | None = None
     items: dict[int, dict[str, Any]] = {}
-    for name, ev in sse.json_events(data):
-        kind = ev.get("type", name)
+    for ev in sse.json_events(data):
+        kind = ev.get("type")
         starting = kind in ("response.created", "response.in_progress") and final is None
         if starting or kind in ("response.completed", "response.incomplete", "response.failed"):
             final = dict(ev.get("response") or {})
@@ -137,7 +137,7 @@ def _responses_stream(data: bytes) -> dict[str, Any] | None:
 def _chat_stream(data: bytes) -> dict[str, Any] | None:
     out: dict[str, Any] | None = None
     choices: dict[int, dict[str, Any]] = {}
-    for _, chunk in sse.json_events(data):
+    for chunk in sse.json_events(data):
         if out is None:
             out = {k: chunk.get(k) for k in ("id", "created", "model") if k in chunk}
             out["object"] = (

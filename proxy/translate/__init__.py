@@ -25,7 +25,6 @@ from proxy.translate.responses_request import responses_to_chat_request, respons
 from proxy.translate.responses_response import chat_to_responses_response
 from proxy.translate.responses_stream import ResponsesStreamTranslator
 from proxy.translate.reverse import chat_to_anthropic_request, chat_to_responses_request
-from proxy.translate.sse import DONE, ChatSSEDecoder
 from proxy.translate.token_ids import (
     SSETokenIdStripper,
     TokenIdCollector,
@@ -37,9 +36,7 @@ from proxy.translate.token_ids import (
 )
 
 __all__ = [
-    "DONE",
     "AnthropicStreamTranslator",
-    "ChatSSEDecoder",
     "FieldNote",
     "ResponsesStreamTranslator",
     "SSETokenIdStripper",

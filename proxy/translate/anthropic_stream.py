@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.sse import DONE, SSEDecoder
 from proxy.translate.anthropic_response import thinking_signature
 from proxy.translate.common import (
     JSON,
@@ -16,7 +17,6 @@ from proxy.translate.common import (
     reasoning_of,
     sse_event,
 )
-from proxy.translate.sse import DONE, ChatSSEDecoder
 from proxy.translate.token_ids import TokenIdCollector
 
 
@@ -37,7 +37,7 @@ class AnthropicStreamTranslator:
     def __init__(self, request: Mapping[str, Any] | None = None, *, message_id: str | None = None) -> None:
         self._model = (request or {}).get("model")
         self._message_id = message_id
-        self._decoder: ChatSSEDecoder | None = None
+        self._decoder: SSEDecoder | None = None
         self.ids = TokenIdCollector()
         self.started = False
         self.finished = False
@@ -68,7 +68,7 @@ class AnthropicStreamTranslator:
     def feed_bytes(self, raw: bytes) -> bytes:
         """Raw upstream SSE bytes in, Anthropic SSE bytes out (handles `[DONE]`)."""
         if self._decoder is None:
-            self._decoder = ChatSSEDecoder()
+            self._decoder = SSEDecoder()
         return self._feed_items(self._decoder.feed(raw))
 
     def end_bytes(self) -> bytes:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.sse import DONE, SSEDecoder
 from proxy.translate.common import (
     JSON,
     chat_usage_numbers,
@@ -24,7 +25,6 @@ from proxy.translate.responses_response import (
     response_object,
     tool_call_item,
 )
-from proxy.translate.sse import DONE, ChatSSEDecoder
 from proxy.translate.token_ids import TokenIdCollector
 
 
@@ -62,7 +62,7 @@ class ResponsesStreamTranslator:
         self._request = dict(request or {})
         self._tools = responses_tool_map(self._request.get("tools"))
         self._response_id = response_id
-        self._decoder: ChatSSEDecoder | None = None
+        self._decoder: SSEDecoder | None = None
         self.ids = TokenIdCollector()
         self.sequence_number = 0
         self.started = False
@@ -97,7 +97,7 @@ class ResponsesStreamTranslator:
     def feed_bytes(self, raw: bytes) -> bytes:
         """Raw upstream SSE bytes in, Responses SSE bytes out (handles `[DONE]`)."""
         if self._decoder is None:
-            self._decoder = ChatSSEDecoder()
+            self._decoder = SSEDecoder()
         return self._feed_items(self._decoder.feed(raw))
 
     def end_bytes(self) -> bytes:

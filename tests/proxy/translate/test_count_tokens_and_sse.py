@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from proxy.sse import DONE, SSEDecoder
 from proxy.translate import (
-    DONE,
-    ChatSSEDecoder,
     anthropic_to_chat_request,
     count_tokens_to_tokenize_request,
     responses_to_chat_request,
@@ -77,7 +76,7 @@ def test_tokenize_reply_to_count_tokens() -> None:
 def test_sse_decoder_handles_splits_crlf_comments_and_done() -> None:
     raw = b': keep-alive\r\n\r\ndata: {"a":1}\r\n\r\ndata: {"b":\ndata: 2}\n\nevent: x\ndata: [DONE]\n\n'
     for step in (1, 3, len(raw)):
-        decoder = ChatSSEDecoder()
+        decoder = SSEDecoder()
         items: list[object] = []
         for i in range(0, len(raw), step):
             items += decoder.feed(raw[i : i + step])
@@ -86,7 +85,7 @@ def test_sse_decoder_handles_splits_crlf_comments_and_done() -> None:
 
 
 def test_sse_decoder_skips_malformed_and_flushes_unterminated_event() -> None:
-    decoder = ChatSSEDecoder()
+    decoder = SSEDecoder()
     assert decoder.feed(b'data: not json\n\ndata: [1]\n\ndata: {"c":3}') == []
     assert decoder.flush() == [{"c": 3}]
     assert decoder.malformed == 2
