@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.sse import DONE, SSEDecoder
 from proxy.translate.anthropic_response import thinking_signature
 from proxy.translate.common import (
     JSON,
@@ -17,10 +16,10 @@ from proxy.translate.common import (
     reasoning_of,
     sse_event,
 )
-from proxy.translate.token_ids import TokenIdCollector
+from proxy.translate.stream_base import ChatStreamTranslator
 
 
-class AnthropicStreamTranslator:
+class AnthropicStreamTranslator(ChatStreamTranslator):
     """Feed it the Chat Completions chunks of one streamed call; it returns the Anthropic SSE bytes to write.
 
     Event order: `message_start`, `ping`, then per content block `content_block_start`, its deltas
@@ -35,69 +34,19 @@ class AnthropicStreamTranslator:
     """
 
     def __init__(self, request: Mapping[str, Any] | None = None, *, message_id: str | None = None) -> None:
+        super().__init__()
         self._model = (request or {}).get("model")
         self._message_id = message_id
-        self._decoder: SSEDecoder | None = None
-        self.ids = TokenIdCollector()
-        self.started = False
-        self.finished = False
-        self.failed = False
         self._blocks: list[JSON] = []
         self._tool_args: dict[int, str] = {}  # block index → raw JSON arguments
         self._open: int | None = None  # index of the open block
         self._tool_block: dict[int, int] = {}  # chat tool-call index → block index
         # chat tool-call index → {id, name, arguments} of a call whose name has not arrived yet
         self._pending_tools: dict[int, JSON] = {}
-        self._chat_id: Any = None
-        self.finish_reason: str | None = None
         self._vllm_stop_reason: Any = None
-        self.usage: JSON | None = None
         self._stop: tuple[str | None, str | None] = (None, None)
-        self.anomalies: list[str] = []
 
     # --- public --------------------------------------------------------------------------------------
-
-    @property
-    def prompt_token_ids(self) -> list[int] | None:
-        return self.ids.prompt_token_ids
-
-    @property
-    def completion_token_ids(self) -> list[int] | None:
-        return self.ids.completion_token_ids
-
-    def feed_bytes(self, raw: bytes) -> bytes:
-        """Raw upstream SSE bytes in, Anthropic SSE bytes out (handles `[DONE]`)."""
-        if self._decoder is None:
-            self._decoder = SSEDecoder()
-        return self._feed_items(self._decoder.feed(raw))
-
-    def end_bytes(self) -> bytes:
-        """The upstream byte stream ended cleanly: flush the parser, then `finish()`."""
-        out = self._feed_items(self._decoder.flush()) if self._decoder is not None else b""
-        return out + self.finish()
-
-    def feed(self, chunk: Mapping[str, Any]) -> bytes:
-        if self.finished:
-            return b""
-        if ("error" in chunk and "choices" not in chunk) or chunk.get("object") == "error":
-            err = chunk.get("error")
-            message = err.get("message") if isinstance(err, Mapping) else (err or chunk.get("message"))
-            return self.error(str(message or "upstream error"))
-        self.ids.collect(chunk)
-        out: list[bytes] = []
-        if not self.started:
-            self._chat_id = chunk.get("id")
-            out.append(self._message_start(chunk))
-        if isinstance(chunk.get("usage"), Mapping):
-            self.usage = dict(chunk["usage"])
-        for position, choice in enumerate(chunk.get("choices") or []):
-            if not isinstance(choice, Mapping):
-                continue
-            if choice.get("index", position) != 0:
-                self._anomaly("choice other than 0 ignored")
-                continue
-            self._choice(choice, out)
-        return b"".join(out)
 
     def finish(self) -> bytes:
         """End of the upstream stream: close the open block, then `message_delta` and `message_stop`."""
@@ -162,15 +111,9 @@ class AnthropicStreamTranslator:
 
     # --- internals -----------------------------------------------------------------------------------
 
-    def _feed_items(self, items: list[dict[str, Any] | str]) -> bytes:
-        out = b""
-        for item in items:
-            out += self.finish() if item == DONE else self.feed(item)  # type: ignore[arg-type]
-        return out
-
-    def _anomaly(self, what: str) -> None:
-        if what not in self.anomalies:
-            self.anomalies.append(what)
+    def _begin(self, chunk: Mapping[str, Any], out: list[bytes]) -> None:
+        self._chat_id = chunk.get("id")
+        out.append(self._message_start(chunk))
 
     def _id(self) -> str:
         return self._message_id or f"msg_{id_base(self._chat_id)}"

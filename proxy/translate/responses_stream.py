@@ -6,7 +6,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.sse import DONE, SSEDecoder
 from proxy.translate.common import (
     JSON,
     chat_usage_numbers,
@@ -25,7 +24,7 @@ from proxy.translate.responses_response import (
     response_object,
     tool_call_item,
 )
-from proxy.translate.token_ids import TokenIdCollector
+from proxy.translate.stream_base import ChatStreamTranslator
 
 
 class _Item:
@@ -43,7 +42,7 @@ class _Item:
         self.custom = False
 
 
-class ResponsesStreamTranslator:
+class ResponsesStreamTranslator(ChatStreamTranslator):
     """Feed it the Chat Completions chunks of one streamed call; it returns the Responses SSE bytes to write.
 
     Events, each with an increasing `sequence_number` from 0: `response.created`, `response.in_progress`;
@@ -59,16 +58,11 @@ class ResponsesStreamTranslator:
     """
 
     def __init__(self, request: Mapping[str, Any] | None = None, *, response_id: str | None = None) -> None:
+        super().__init__()
         self._request = dict(request or {})
         self._tools = responses_tool_map(self._request.get("tools"))
         self._response_id = response_id
-        self._decoder: SSEDecoder | None = None
-        self.ids = TokenIdCollector()
         self.sequence_number = 0
-        self.started = False
-        self.finished = False
-        self.failed = False
-        self._chat_id: Any = None
         self._created_at = int(time.time())
         self._model = str(self._request.get("model") or "")
         self._output: list[JSON] = []  # finished items, in output order
@@ -78,54 +72,10 @@ class ResponsesStreamTranslator:
             int, JSON
         ] = {}  # chat tool-call index → {id, name, arguments} before a name
         self._counts = {"reasoning": 0, "message": 0, "tool": 0}
-        self.finish_reason: str | None = None
-        self.usage: JSON | None = None
         self._status = "in_progress"
         self._error: JSON | None = None
-        self.anomalies: list[str] = []
 
     # --- public --------------------------------------------------------------------------------------
-
-    @property
-    def prompt_token_ids(self) -> list[int] | None:
-        return self.ids.prompt_token_ids
-
-    @property
-    def completion_token_ids(self) -> list[int] | None:
-        return self.ids.completion_token_ids
-
-    def feed_bytes(self, raw: bytes) -> bytes:
-        """Raw upstream SSE bytes in, Responses SSE bytes out (handles `[DONE]`)."""
-        if self._decoder is None:
-            self._decoder = SSEDecoder()
-        return self._feed_items(self._decoder.feed(raw))
-
-    def end_bytes(self) -> bytes:
-        """The upstream byte stream ended cleanly: flush the parser, then `finish()`."""
-        out = self._feed_items(self._decoder.flush()) if self._decoder is not None else b""
-        return out + self.finish()
-
-    def feed(self, chunk: Mapping[str, Any]) -> bytes:
-        if self.finished:
-            return b""
-        if ("error" in chunk and "choices" not in chunk) or chunk.get("object") == "error":
-            err = chunk.get("error")
-            message = err.get("message") if isinstance(err, Mapping) else (err or chunk.get("message"))
-            return self.error(str(message or "upstream error"))
-        self.ids.collect(chunk)
-        out: list[bytes] = []
-        if not self.started:
-            self._start(chunk, out)
-        if isinstance(chunk.get("usage"), Mapping):
-            self.usage = dict(chunk["usage"])
-        for position, choice in enumerate(chunk.get("choices") or []):
-            if not isinstance(choice, Mapping):
-                continue
-            if choice.get("index", position) != 0:
-                self._anomaly("choice other than 0 ignored")
-                continue
-            self._choice(choice, out)
-        return b"".join(out)
 
     def finish(self) -> bytes:
         """End of the upstream stream: close the open item, then `response.completed` / `.incomplete`."""
@@ -133,7 +83,7 @@ class ResponsesStreamTranslator:
             return b""
         out: list[bytes] = []
         if not self.started:
-            self._start({}, out)
+            self._begin({}, out)
         self._close_all(out)
         status, incomplete = responses_status(self.finish_reason)
         self._status = status
@@ -149,7 +99,7 @@ class ResponsesStreamTranslator:
             return b""
         out: list[bytes] = []
         if not self.started:
-            self._start({}, out)
+            self._begin({}, out)
         self.finished = True
         self.failed = True
         self._status = "failed"
@@ -165,16 +115,6 @@ class ResponsesStreamTranslator:
         )
 
     # --- internals -----------------------------------------------------------------------------------
-
-    def _feed_items(self, items: list[dict[str, Any] | str]) -> bytes:
-        out = b""
-        for item in items:
-            out += self.finish() if item == DONE else self.feed(item)  # type: ignore[arg-type]
-        return out
-
-    def _anomaly(self, what: str) -> None:
-        if what not in self.anomalies:
-            self.anomalies.append(what)
 
     def _event(self, name: str, **fields: Any) -> bytes:
         data = {"type": name, **fields, "sequence_number": self.sequence_number}
@@ -200,7 +140,7 @@ class ResponsesStreamTranslator:
             error=self._error,
         )
 
-    def _start(self, chunk: Mapping[str, Any], out: list[bytes]) -> None:
+    def _begin(self, chunk: Mapping[str, Any], out: list[bytes]) -> None:
         self.started = True
         self._chat_id = chunk.get("id")
         if self._response_id is None:
