@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from proxy import errors
 from proxy.config import ProxySettings
 from proxy.exchange import Exchange, ExchangeFactory, Passthrough
 from proxy.record import Call
@@ -46,15 +47,17 @@ class ChatTokenIds:
     def end(self) -> bytes:
         return self._stripper.flush()
 
-    def body(self, data: bytes) -> bytes:
+    def body(self, data: bytes, status: int) -> bytes:
         return strip_token_ids_bytes(data)
 
 
 class _Translating:
-    """Common shape of the two translating exchanges: a chat request up, the client's API back."""
+    """Common shape of the translating exchanges: a chat request up, the client's API back."""
 
     rewrites = True
     upstream_path = CHAT_PATH
+    family = "anthropic"  # the client's error shape
+    _stream: AnthropicStreamTranslator | ResponsesStreamTranslator
 
     def __init__(self, call: Call, translated: Translated, request: dict[str, Any]) -> None:
         self.request = request
@@ -71,29 +74,28 @@ class _Translating:
     def chunk(self, data: bytes) -> bytes:
         return self._stream.feed_bytes(data)
 
-    def body(self, data: bytes) -> bytes:
+    def body(self, data: bytes, status: int) -> bytes:
         try:
-            chat = json.loads(data)
+            reply = json.loads(data)
         except ValueError:
             return data
-        if not isinstance(chat, dict) or "choices" not in chat:
-            return self._error(chat)
-        return json.dumps(self._from_chat(chat), ensure_ascii=False).encode()
+        if status >= 400 or not isinstance(reply, dict) or not self._is_answer(reply):
+            # An upstream error, re-shaped for the client's API (same mechanism as the proxy's own).
+            return errors.error_body(self.family, status if status >= 400 else 502, _error_message(reply))
+        return json.dumps(self._from_upstream(reply), ensure_ascii=False).encode()
 
-    _stream: AnthropicStreamTranslator | ResponsesStreamTranslator
+    def _is_answer(self, reply: dict[str, Any]) -> bool:
+        return "choices" in reply
 
-    def _from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+    def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _error(self, chat: Any) -> bytes:
-        raise NotImplementedError
 
-
-def _error_message(chat: Any) -> str:
-    err = chat.get("error") if isinstance(chat, dict) else None
+def _error_message(reply: Any) -> str:
+    err = reply.get("error") if isinstance(reply, dict) else None
     if isinstance(err, dict):
         return str(err.get("message") or err)
-    return str(err or (chat.get("message") if isinstance(chat, dict) else chat) or "upstream error")
+    return str(err or (reply.get("message") if isinstance(reply, dict) else reply) or "upstream error")
 
 
 class MessagesViaChat(_Translating):
@@ -101,49 +103,34 @@ class MessagesViaChat(_Translating):
         super().__init__(call, anthropic_to_chat_request(body, return_token_ids=return_token_ids), body)
         self._stream = AnthropicStreamTranslator(body)
 
-    def _from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
-        return chat_to_anthropic_message(chat, self.request)
-
-    def _error(self, chat: Any) -> bytes:
-        err = {"type": "error", "error": {"type": "api_error", "message": _error_message(chat)}}
-        return json.dumps(err).encode()
+    def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
+        return chat_to_anthropic_message(reply, self.request)
 
 
 class ResponsesViaChat(_Translating):
+    family = "openai"
+
     def __init__(self, call: Call, body: dict[str, Any], return_token_ids: bool) -> None:
         super().__init__(call, responses_to_chat_request(body, return_token_ids=return_token_ids), body)
         self._stream = ResponsesStreamTranslator(body)
 
-    def _from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
-        return chat_to_responses_response(chat, self.request)
-
-    def _error(self, chat: Any) -> bytes:
-        return json.dumps({"error": {"message": _error_message(chat), "type": "upstream_error"}}).encode()
+    def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
+        return chat_to_responses_response(reply, self.request)
 
 
 class CountTokensViaTokenize(_Translating):
-    """`count_tokens` answered from the upstream's `/tokenize` (vLLM, the CPU stand-in)."""
+    """`count_tokens` answered from the upstream's `/tokenize` (vLLM, the CPU stand-in); never streamed."""
 
     upstream_path = "/tokenize"
 
     def __init__(self, call: Call, body: dict[str, Any]) -> None:
         super().__init__(call, count_tokens_to_tokenize_request(body), body)
-        call.translated = True
 
-    def chunk(self, data: bytes) -> bytes:
-        return data
+    def _is_answer(self, reply: dict[str, Any]) -> bool:
+        return "count" in reply or "tokens" in reply
 
-    def end(self) -> bytes:
-        return b""
-
-    def body(self, data: bytes) -> bytes:
-        try:
-            reply = json.loads(data)
-        except ValueError:
-            return data
-        if isinstance(reply, dict) and ("count" in reply or "tokens" in reply):
-            return json.dumps(tokenize_to_count_tokens(reply)).encode()
-        return MessagesViaChat._error(self, reply)  # type: ignore[arg-type]
+    def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
+        return tokenize_to_count_tokens(reply)
 
 
 def exchange_factory(settings: ProxySettings) -> ExchangeFactory:

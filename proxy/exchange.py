@@ -23,8 +23,8 @@ class Exchange(Protocol):
     def end(self) -> bytes:
         """Bytes to send after the upstream stream ended cleanly."""
 
-    def body(self, data: bytes) -> bytes:
-        """Client-facing body for a non-streamed response."""
+    def body(self, data: bytes, status: int) -> bytes:
+        """Client-facing body for a non-streamed response with the upstream's `status`."""
 
 
 class Passthrough:
@@ -40,7 +40,7 @@ class Passthrough:
     def end(self) -> bytes:
         return b""
 
-    def body(self, data: bytes) -> bytes:
+    def body(self, data: bytes, status: int) -> bytes:
         return data
 
 

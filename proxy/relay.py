@@ -156,27 +156,29 @@ class Relay:
         headers = _response_headers(resp, exchange)
         if "text/event-stream" in (call.response_content_type or ""):
             return StreamingResponse(self._stream(call, resp, exchange), resp.status_code, headers)
-        return await self._whole(call, resp, exchange, headers)
+        return await self._whole(call, family, resp, exchange, headers)
 
     async def _whole(
-        self, call: Call, resp: httpx.Response, exchange: Exchange, headers: dict[str, str]
+        self, call: Call, family: str, resp: httpx.Response, exchange: Exchange, headers: dict[str, str]
     ) -> Response:
         try:
             async for chunk in resp.aiter_raw():
                 call.response_chunks.append(chunk)
         except httpx.HTTPError as exc:
-            call.finish("upstream_error", f"upstream failed while sending the body: {exc!r}")
+            reason = f"upstream failed while sending the body: {exc!r}"
+            return await self._upstream_failed(call, family, 502, "upstream_error", reason)
+        finally:
             await resp.aclose()
-            await self._record(call, wait=True)
-            return _error(
-                "anthropic" if call.api.startswith("anthropic") else "openai", 502, call.error or ""
-            )
-        await resp.aclose()
-        call.finish()
         data = b"".join(call.response_chunks)
         if exchange.rewrites and call.response_encoding:  # asked for identity, got encoded anyway
             data = decode_body(data, call.response_encoding)[0]
-        body = exchange.body(data)
+        try:
+            body = exchange.body(data, resp.status_code)
+        except Exception as exc:  # a reply the exchange could not handle must not take the proxy down
+            log.exception("relaying call %s failed", call.call_id)
+            reason = f"proxy could not relay the upstream reply: {exc!r}"
+            return await self._upstream_failed(call, family, 502, "upstream_error", reason)
+        call.finish()
         await self._record(call, wait=True)
         self.metrics.response_bytes.inc(len(body))
         return Response(body, resp.status_code, headers)

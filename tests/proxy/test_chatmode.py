@@ -153,3 +153,17 @@ async def test_a_stream_the_translator_cannot_handle_ends_with_an_error_event(mo
         assert (await client.get("/healthz")).status_code == 200
     assert "event: error" in r.text
     assert sink.calls[0].outcome == "upstream_error" and "unexpected chunk" in (sink.calls[0].error or "")
+
+
+async def test_a_reply_the_translator_cannot_handle_is_a_502_in_the_clients_shape(monkeypatch):
+    import proxy.chatmode
+
+    def broken(chat, request):
+        raise KeyError("choices")
+
+    monkeypatch.setattr(proxy.chatmode, "chat_to_anthropic_message", broken)
+    async with proxied(lambda req: reply(200, CHAT_REPLY), upstream_api="chat") as (client, sink):
+        r = await client.post("/v1/messages", json=MSG)
+        assert (await client.get("/healthz")).status_code == 200
+    assert r.status_code == 502 and r.json()["type"] == "error"
+    assert sink.calls[0].outcome == "upstream_error" and "KeyError" in (sink.calls[0].error or "")
