@@ -15,7 +15,7 @@ TARGET_MODEL ?= smollm2
 TARGET_HOST ?= 127.0.0.1
 TARGET_PORT ?= 8000
 
-.PHONY: install agents test lint format typecheck proxy target postgres
+.PHONY: install agents test test-fast lint format typecheck proxy target postgres
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,10 @@ postgres:
 
 test: install agents docker postgres lint typecheck
 	$(BIN)/pytest -q
+
+# The edit loop: lint, types and every test that needs neither Docker, the agent CLIs, nor minutes of CPU.
+test-fast: install lint typecheck
+	$(BIN)/pytest -q -m "not docker and not cli and not slow"
 
 proxy: install
 	$(BIN)/python -m proxy serve --upstream "$(TARGET_URL)" --host $(PROXY_HOST) --port $(PROXY_PORT) --data-dir $(DATA_DIR)

@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from trainer.target import Engine, SamplingParams, Target, load_target
-from trainer.target.loading import cache_root, smollm2_cache_dir
+from standin import Engine, SamplingParams, Target, load_target
+from standin.loading import cache_root, smollm2_cache_dir
 
 
 def random_prompt(target: Target, n: int, seed: int = 0) -> list[int]:

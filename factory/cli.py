@@ -51,7 +51,7 @@ def repos_check(
     """Validate repos.yaml; with --online, report every name that 404s."""
     from collections import Counter
 
-    from factory import registry
+    from factory.ingest import registry
 
     try:
         reg = registry.load(path)
@@ -65,7 +65,7 @@ def repos_check(
     )
     if not online:
         return
-    from factory.github import GitHubClient, NotFound
+    from factory.ingest.github import GitHubClient, NotFound
 
     missing = []
     with GitHubClient(token, base_url=api_url) as gh:
@@ -89,9 +89,9 @@ def issues(
     path: Annotated[Path | None, typer.Option(help="repos.yaml")] = None,
 ) -> None:
     """Harvest new GitHub issues (incremental: since= and ETags) with their base commits."""
-    from factory import registry
-    from factory.github import GitHubClient
-    from factory.issues import DbEtagCache, harvest
+    from factory.ingest import registry
+    from factory.ingest.github import GitHubClient
+    from factory.ingest.issues import DbEtagCache, harvest
 
     sessions = _sessions(db, data_dir)
     with GitHubClient(token, base_url=api_url, cache=DbEtagCache(sessions)) as gh:
@@ -109,7 +109,7 @@ def issues(
 @app.command("sample")
 def sample_cmd(data_dir: DataDir = Path("data"), db: Db = None) -> None:
     """Load the bundled offline sample (repos generated under DATA_DIR/sample-repos)."""
-    from factory import sample
+    from factory.ingest import sample
 
     got = sample.install(_sessions(db, data_dir), data_dir / "sample-repos")
     console.print(got)
@@ -129,7 +129,7 @@ def translate(
     concurrency: Annotated[int, typer.Option()] = 4,
 ) -> None:
     """Translate every issue without a cached Korean translation (tagged `translation`)."""
-    from factory.translate import Translator, translate_missing
+    from factory.ingest.translate import Translator, translate_missing
 
     tr = Translator(url, model=model, api_key=api_key)
     counts = translate_missing(_sessions(db, data_dir), tr, limit=limit, retry_rejected=retry_rejected,
@@ -138,7 +138,7 @@ def translate(
 
 
 def _plan_table(summary, title: str) -> Table:  # type: ignore[no-untyped-def]
-    from factory.plan import AGENTS
+    from factory.run.plan import AGENTS
 
     langs = sorted({lang for lang, _ in summary.by_cell}) or ["en"]
     t = Table(title=title)
@@ -166,8 +166,8 @@ def plan(
     dry_run: Annotated[bool, typer.Option(help="Show what would be added")] = False,
 ) -> None:
     """Plan sessions (issue × language × agent) and print the plan's size by language and agent."""
-    from factory.plan import AGENTS, LANGS, PlanConfig, parse_mix
-    from factory.plan import plan as do_plan
+    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix
+    from factory.run.plan import plan as do_plan
 
     try:
         cfg = PlanConfig(agents=parse_mix(agents, AGENTS), langs=parse_mix(langs, LANGS), seed=seed)
@@ -197,16 +197,16 @@ def run(
     wait: Annotated[bool, typer.Option(help="Keep polling while other workers hold sessions")] = False,
 ) -> None:
     """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
-    from factory.progress import Progress
-    from factory.runner import RunConfig, Runner
+    from factory.run.progress import Progress
+    from factory.run.runner import RunConfig, Runner
 
     sessions = _sessions(db, data_dir)
     if runner == "fake":
-        from factory.fake_runner import FakeSessionRunner
+        from factory.run.fake_runner import FakeSessionRunner
 
         sr = FakeSessionRunner(calls=2, model=model)
     else:
-        from factory.sandbox_runner import SandboxSessionRunner
+        from factory.run.sandbox_runner import SandboxSessionRunner
 
         sr = SandboxSessionRunner(image=image, model=model, time_limit_s=session_timeout)  # type: ignore[assignment]
     cfg = RunConfig(proxy_url=proxy_url, data_dir=data_dir, concurrency=concurrency, limit=limit, lease_s=lease,
@@ -235,7 +235,7 @@ def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
             ),
             "sessions": dict(s.execute(select(Session.status, func.count()).group_by(Session.status)).all()),
         }
-    print(json.dumps(out, indent=1))
+    typer.echo(json.dumps(out, indent=1))
 
 
 @app.command()
@@ -250,7 +250,7 @@ def export(
     ] = "dflash-factory/agent-traffic",
 ) -> None:
     """Write the dataset in the Hugging Face Hub layout (calls and sessions configs)."""
-    from factory.export import export as do_export
+    from factory.publish.export import export as do_export
 
     dest = out or data_dir / "dataset"
     s = do_export(_sessions(db, data_dir), data_dir, dest, held_out=held_out, rows_per_shard=rows_per_shard,
@@ -269,12 +269,12 @@ def push(
     token: Annotated[str | None, typer.Option(envvar="HF_TOKEN")] = None,
 ) -> None:
     """Upload the exported dataset with huggingface_hub (resumable large-folder upload)."""
-    from factory.push import push as do_push
+    from factory.publish.push import push as do_push
 
     files = do_push(folder or data_dir / "dataset", repo_id, dry_run=dry_run, private=private, token=token)
     for path, size in files:
-        print(f"{size:>12,}  {path}")
-    print(f"{'would upload' if dry_run else 'uploaded'} {len(files)} files, {sum(s for _, s in files):,} bytes "
+        typer.echo(f"{size:>12,}  {path}")
+    typer.echo(f"{'would upload' if dry_run else 'uploaded'} {len(files)} files, {sum(s for _, s in files):,} bytes "
           f"to datasets/{repo_id}")  # fmt: skip
 
 
@@ -325,7 +325,7 @@ def harvest(
         target_args=target_arg or [],
     )  # fmt: skip
     summary = run_harvest(opts, console)
-    print(json.dumps(summary, default=str))
+    typer.echo(json.dumps(summary, default=str))
 
 
 def main() -> None:

@@ -21,8 +21,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from factory import queue
 from factory.db import connect, default_url, session_factory
+from factory.run import queue
 
 
 @dataclass
@@ -73,7 +73,7 @@ class Service:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float) -> None:
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -163,15 +163,15 @@ def roll_calls(data_dir: Path) -> None:
 
 
 def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[str, object]:
-    from factory import sample
-    from factory.export import export
-    from factory.fake_runner import FakeSessionRunner
-    from factory.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
-    from factory.progress import Progress
-    from factory.runner import RunConfig, Runner
-    from factory.runner_types import SessionRunner
-    from factory.sandbox_runner import SandboxSessionRunner, build_image, ensure_docker
-    from factory.translate import Translator, translate_missing
+    from factory.ingest import sample
+    from factory.ingest.translate import Translator, translate_missing
+    from factory.publish.export import export
+    from factory.run.fake_runner import FakeSessionRunner
+    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
+    from factory.run.progress import Progress
+    from factory.run.runner import RunConfig, Runner
+    from factory.run.runner_types import SessionRunner
+    from factory.run.sandbox_runner import SandboxSessionRunner, build_image, ensure_docker
 
     console = console or Console(stderr=True)
     t0 = time.monotonic()
@@ -183,9 +183,9 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
 
     # 1. issues
     if opts.github_token:
-        from factory import registry
-        from factory.github import GitHubClient
-        from factory.issues import DbEtagCache, harvest
+        from factory.ingest import registry
+        from factory.ingest.github import GitHubClient
+        from factory.ingest.issues import DbEtagCache, harvest
 
         reg = registry.load()
         api = os.environ.get("GITHUB_API_URL", "https://api.github.com")
@@ -253,7 +253,7 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
 
 
 def print_summary(console: Console, summary: dict[str, object], es: object) -> None:
-    from factory.export import ExportStats
+    from factory.publish.export import ExportStats
 
     assert isinstance(es, ExportStats)
     t = Table(title=f"harvest done in {summary['elapsed_s']} s · dataset: {summary['dataset']}")

@@ -1,7 +1,7 @@
 """Exchanges that change bytes: vLLM token ids on Chat Completions, and translation to a Chat upstream.
 
 Each is one small class; `exchange_factory(settings)` picks one per call. Translation state (the
-stream translators) lives in `proxy.translate`; these classes only wire it to the relay.
+stream translators) lives in `wire`; these classes only wire it to the relay.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from proxy.config import ProxySettings
 from proxy.exchange import Exchange, ExchangeFactory, Passthrough
 from proxy.record import Call
 from proxy.tokenize import TOKENIZE_FLAG
-from proxy.translate import (
+from wire import (
     AnthropicStreamTranslator,
     ResponsesStreamTranslator,
     SSETokenIdStripper,
@@ -154,14 +154,3 @@ def exchange_factory(settings: ProxySettings) -> ExchangeFactory:
         return Passthrough(upstream_path, raw_body)
 
     return choose
-
-
-def client_view(api: str, chat: dict[str, Any], request_body: bytes) -> dict[str, Any]:
-    """The client's API shape of an assembled chat response (used when recording translated calls)."""
-    try:
-        request = json.loads(request_body) if request_body else {}
-    except ValueError:
-        request = {}
-    if api == "anthropic_messages":
-        return chat_to_anthropic_message(chat, request)
-    return chat_to_responses_response(chat, request)

@@ -1,60 +1,19 @@
-"""The call-record Parquet schema (documented in docs/schema.md) and atomic part writing."""
+"""A spooled `Call` as a call-record row (records.CallRecord, documented in docs/schema.md), and its part."""
 
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import zstandard
 
-from proxy.assemble import Assembled, assemble, summarize
+import records
 from proxy.codec import decode_body
 from proxy.record import Call
-
-_TS = pa.timestamp("us", tz="UTC")
-_IDS = pa.list_(pa.int32())
-
-SCHEMA = pa.schema(
-    [
-        ("call_id", pa.string()),
-        ("session_id", pa.string()),
-        ("agent", pa.string()),
-        ("agent_session_id", pa.string()),
-        ("user_agent", pa.string()),
-        ("tag", pa.string()),
-        ("api", pa.string()),
-        ("method", pa.string()),
-        ("path", pa.string()),
-        ("model", pa.string()),
-        ("stream", pa.bool_()),
-        ("status_code", pa.int32()),
-        ("outcome", pa.string()),
-        ("error", pa.string()),
-        ("request_json", pa.large_string()),
-        ("upstream_request_json", pa.large_string()),
-        ("response_json", pa.large_string()),
-        ("stream_raw_zstd", pa.large_binary()),
-        ("response_content_encoding", pa.string()),
-        ("started_at", _TS),
-        ("first_byte_at", _TS),
-        ("finished_at", _TS),
-        ("prompt_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("prompt_token_ids", _IDS),
-        ("completion_token_ids", _IDS),
-        ("token_ids_source", pa.string()),
-        ("finish_reason", pa.string()),
-        ("translated", pa.bool_()),
-        ("dropped_fields", pa.list_(pa.string())),
-        ("upstream", pa.string()),
-        ("proxy_id", pa.string()),
-    ]
-)
+from wire.assemble import Assembled, assemble, summarize
+from wire.client_view import client_view
 
 
 def _ts(t: float | None) -> datetime | None:
@@ -114,26 +73,9 @@ def to_row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
 
 
 def write_part(calls: list[Call], calls_dir: Path, name: str) -> Path:
-    """Write calls as `calls_dir/name`, atomically: a hidden temp file, fsync, rename, fsync the dir."""
-    calls_dir.mkdir(parents=True, exist_ok=True)
+    """Write calls as `calls_dir/name`, atomically (records.io.write_part)."""
     compressor = zstandard.ZstdCompressor(level=3)
-    table = pa.Table.from_pylist([to_row(c, compressor) for c in calls], schema=SCHEMA)
-    final = calls_dir / name
-    # pyarrow.dataset ignores names starting with "." — readers never see a half-written part.
-    tmp = calls_dir / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    dfd = os.open(calls_dir, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return final
+    return records.write_part((to_row(c, compressor) for c in calls), calls_dir, name)
 
 
 def _assembled(call: Call, decoded: bytes, is_stream: bool) -> Assembled:
@@ -142,8 +84,6 @@ def _assembled(call: Call, decoded: bytes, is_stream: bool) -> Assembled:
         return _count_tokens_from_tokenize(decoded)
     if not call.translated or call.api not in ("anthropic_messages", "openai_responses"):
         return assemble(call.api, decoded, is_stream)
-    from proxy.chatmode import client_view  # translation is only loaded when a row needs it
-
     chat = assemble("openai_chat", decoded, is_stream)
     if chat.body is None or "choices" not in chat.body:
         return chat

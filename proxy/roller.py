@@ -38,7 +38,7 @@ def roll_segment(segment: Path, calls_dir: Path, prepare: Prepare | None = None)
         except BlockingIOError:
             return None  # a live proxy still appends to it
         try:
-            if os.stat(segment).st_ino != os.fstat(fd).st_ino:
+            if segment.stat().st_ino != os.fstat(fd).st_ino:
                 return None
         except FileNotFoundError:
             return None  # another roller finished it while we waited
@@ -53,7 +53,7 @@ def roll_segment(segment: Path, calls_dir: Path, prepare: Prepare | None = None)
             if prepare is not None:
                 prepare(calls)
             write_part(calls, calls_dir, final.name)
-        os.unlink(segment)
+        segment.unlink()
         return len(calls)
     finally:
         os.close(fd)

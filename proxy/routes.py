@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from enum import StrEnum
+
+from records.ids import split_session_path
 
 
 class Api(StrEnum):
@@ -41,8 +42,6 @@ ROUTES: dict[tuple[str, str], Route] = {
     )
 }
 
-_SESSION = re.compile(r"^/s/([A-Za-z0-9._:-]{1,128})(/.*)$")
-
 
 @dataclass(frozen=True)
 class Match:
@@ -53,9 +52,7 @@ class Match:
 
 def match(method: str, path: str) -> Match | None:
     session_id = None
-    m = _SESSION.match(path)
-    if m:
-        session_id, path = m.group(1), m.group(2)
+    session_id, path = split_session_path(path)
     route = ROUTES.get((method, path))
     if route is None:
         return None

@@ -107,7 +107,7 @@ class SpoolWriter:
         self._seq += 1
         name = f"{self._proxy_id}-{int(time.time() * 1000):013d}-{self._seq:06d}{SEGMENT_SUFFIX}"
         self._path = self._dir / name
-        f = open(self._path, "ab")  # noqa: SIM115 — lives until the segment rotates
+        f = self._path.open("ab")
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         _fsync_dir(self._dir)
         self._file, self._records, self._bytes, self._opened_at = f, 0, 0, time.monotonic()

@@ -19,7 +19,7 @@ TOKENIZE_FLAG = "tokenize"
 
 
 def tokenize_request(call: Call) -> dict[str, Any] | None:
-    from proxy.translate import count_tokens_to_tokenize_request, responses_to_tokenize_request
+    from wire import count_tokens_to_tokenize_request, responses_to_tokenize_request
 
     try:
         body = json.loads(call.request_body)

@@ -9,6 +9,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import typer
+
 from sandboxes.config import SandboxSettings
 
 
@@ -19,20 +21,20 @@ def _client():  # type: ignore[no-untyped-def]
 
 
 def _log(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    typer.echo(line, err=True)
 
 
 def cmd_build(args: argparse.Namespace) -> None:
     from sandboxes.images.build import build_agents
 
-    print(build_agents(_client(), SandboxSettings(), log=_log))
+    typer.echo(build_agents(_client(), SandboxSettings(), log=_log))
 
 
 def cmd_gc(args: argparse.Namespace) -> None:
     from sandboxes.gc import collect
 
     report = collect(_client(), run_id=args.run, everything=args.all)
-    print(json.dumps(asdict(report)))
+    typer.echo(json.dumps(asdict(report)))
 
 
 def cmd_try(args: argparse.Namespace) -> None:
@@ -65,9 +67,9 @@ def cmd_try(args: argparse.Namespace) -> None:
     try:
         result = run_session(req, client)
     except (ValueError, ImageNotFound) as exc:  # bad input: an unknown revision, agent, image or proxy URL
-        print(f"error: {exc}", file=sys.stderr)
+        typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    print(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 1))
+    typer.echo(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 1))
     sys.exit(0 if result.status == "succeeded" else 1)
 
 

@@ -65,7 +65,7 @@ def _resolv_conf() -> Path:
         # Atomically: sandboxes starting in other threads may be bind-mounting it right now.
         tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
         tmp.write_text(NO_RESOLVER)
-        os.replace(tmp, path)
+        tmp.replace(path)
     return path
 
 

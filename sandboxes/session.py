@@ -11,6 +11,7 @@ from typing import Any
 
 import docker
 
+from records import session_prefix
 from sandboxes.agents import AgentContext, get_agent
 from sandboxes.agents.base import parse_jsonl
 from sandboxes.config import SandboxSettings
@@ -80,7 +81,7 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
             env, cmd = {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url}, ["sh", "-c", str(req.command)]
         else:
             ctx = AgentContext(
-                base_url=f"{box.proxy_url}/s/{req.session_id}",
+                base_url=box.proxy_url + session_prefix(req.session_id),
                 api_key=f"dflash-{req.session_id[:12]}-{secrets.token_hex(8)}",
                 model=req.model,
                 task=req.task,

@@ -49,7 +49,7 @@ def serve_target(
     ),
 ) -> None:
     """Serve a target on an OpenAI-compatible API shaped like vLLM's (CPU stand-in)."""
-    from trainer.target.server import serve
+    from standin.server import serve
 
     factory = None
     if draft is not None:

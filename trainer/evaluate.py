@@ -65,7 +65,7 @@ def prompts_from_sequences(seqs: list[Any], n: int, max_prompt_len: int) -> list
 
 def _decode(engine: Any, prompt: list[int], max_new: int) -> tuple[list[int], list[int], float]:
     """(tokens, tokens settled per forward after the first token, seconds)."""
-    from trainer.target.engine import SamplingParams
+    from standin.engine import SamplingParams
 
     params = SamplingParams(max_tokens=max_new, temperature=0.0)
     t0 = time.perf_counter()
@@ -88,10 +88,10 @@ def evaluate(
     out_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
+    from standin import load_target
+    from standin.engine import Engine
     from trainer.dflash.engine import DFlashSpeculative
     from trainer.dflash.model import DFlashDraftModel
-    from trainer.target import load_target
-    from trainer.target.engine import Engine
 
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
@@ -138,10 +138,7 @@ def evaluate(
         groups["language"][p.language].extend(settled)
         if progress:
             tau_i = per_prompt[-1]["tau"]
-            print(
-                f"  prompt {i + 1}/{len(prompts)}: {len(p.ids)} tokens, tau {tau_i}, lossless {same}",
-                flush=True,
-            )
+            typer.echo(f"  prompt {i + 1}/{len(prompts)}: {len(p.ids)} tokens, tau {tau_i}, lossless {same}")
     stats = strategy.spec_stats
     assert stats is not None
     all_steps = [n for g in groups["agent"].values() for n in g]

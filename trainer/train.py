@@ -122,7 +122,7 @@ def point_latest(runs_dir: Path, run_dir: Path) -> None:
     tmp = runs_dir / f".latest.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(run_dir.name)
-    os.replace(tmp, link)
+    tmp.replace(link)
 
 
 def resolve_data(cfg: TrainConfig) -> Path:
@@ -137,7 +137,9 @@ def resolve_data(cfg: TrainConfig) -> Path:
         sample = SAMPLE_DIR / Path(cfg.target).name
         if not cfg.sample_fallback or not sample.is_dir():
             raise
-        print(f"no call records under {cfg.data} yet (run `make harvest`): using the bundled sample {sample}")
+        typer.echo(
+            f"no call records under {cfg.data} yet (run `make harvest`): using the bundled sample {sample}"
+        )
         return sample
 
 
@@ -158,7 +160,7 @@ def write_provenance(run_dir: Path, cfg: TrainConfig, argv: Sequence[str]) -> No
     lines = [
         "# the command that produced this run",
         " ".join(shlex.quote(a) for a in [sys.executable, *argv]),
-        f"# cwd: {os.getcwd()}",
+        f"# cwd: {Path.cwd()}",
         f"# git: {commit or 'unknown'}",
         f"# env: {json.dumps(env)}",
     ]
@@ -226,7 +228,7 @@ class Progress:
             self._bar.update(self._task, completed=step, stats=stats)
         elif time.monotonic() - self._last_log > 10 or step == self.total:
             self._last_log = time.monotonic()
-            print(f"step {step}/{self.total}: {stats}", flush=True)
+            typer.echo(f"step {step}/{self.total}: {stats}")
 
     def close(self) -> None:
         if self._bar is not None:
@@ -240,17 +242,17 @@ class Progress:
 
 def train(cfg: TrainConfig, argv: Sequence[str] = (), resume: bool = True, target: Any = None) -> Path:
     """Run (or resume) the training described by ``cfg``; returns the run directory. ``target``: an
-    already loaded ``trainer.target.Target`` instead of loading ``cfg.target`` (tests, benchmarks)."""
+    already loaded ``standin.Target`` instead of loading ``cfg.target`` (tests, benchmarks)."""
     import torch
     from accelerate import Accelerator
     from accelerate.utils import set_seed
 
+    from standin import load_target
     from trainer.data import build as data_build
     from trainer.dflash import helpers as H
     from trainer.dflash.config import make_draft_config, resolve_mask_token
     from trainer.dflash.model import DFlashDraftModel
     from trainer.dflash.objective import dflash_loss, use_flex_attention
-    from trainer.target import load_target
 
     # 1. run directory ------------------------------------------------------------------------------
     mp = cfg.mixed_precision

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import typer
+
 AGENT_PACKAGES: dict[str, tuple[str, str, str]] = {
     # agent name: (npm package, version, binary name)
     "claude-code": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
@@ -52,7 +54,7 @@ def main() -> None:
     parser.add_argument("--prefix", type=Path, default=Path(".cache/agents"))
     args = parser.parse_args()
     for agent, path in ensure_installed(args.prefix).items():
-        print(f"{agent}: {path}")
+        typer.echo(f"{agent}: {path}")
 
 
 if __name__ == "__main__":

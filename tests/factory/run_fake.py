@@ -9,8 +9,8 @@ import logging
 from pathlib import Path
 
 from factory.db import connect, session_factory
-from factory.fake_runner import FakeSessionRunner
-from factory.runner import RunConfig, Runner
+from factory.run.fake_runner import FakeSessionRunner
+from factory.run.runner import RunConfig, Runner
 
 
 def main() -> None:

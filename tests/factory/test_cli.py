@@ -17,7 +17,8 @@ def test_repos_check_valid_and_invalid(tmp_path):
     bad = tmp_path / "repos.yaml"
     bad.write_text("repos:\n  - {name: a/b, language: Python, license: Beerware}\n")
     r = runner.invoke(app, ["repos", "check", "--path", str(bad)])
-    assert r.exit_code == 1 and "repos[0] (a/b).license" in r.output
+    assert r.exit_code == 1
+    assert "repos[0] (a/b).license" in r.output
 
 
 def test_repos_check_online_reports_404s(tmp_path):
@@ -28,9 +29,10 @@ def test_repos_check_online_reports_404s(tmp_path):
     with FakeGitHub() as gh:
         gh.add(FakeRepo("o/r"))
         r = runner.invoke(app, ["repos", "check", "--path", str(f), "--online", "--api-url", gh.url])
-    assert (
-        r.exit_code == 1 and "404" in r.output and "gone/away" in r.output and "1 of 2 not found" in r.output
-    )
+    assert r.exit_code == 1
+    assert "404" in r.output
+    assert "gone/away" in r.output
+    assert "1 of 2 not found" in r.output
 
 
 def test_sample_plan_status_and_push_dry_run(tmp_path):
@@ -46,4 +48,6 @@ def test_sample_plan_status_and_push_dry_run(tmp_path):
     r = runner.invoke(app, ["export", "--data-dir", d])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["push", "--repo-id", "org/x", "--data-dir", d, "--dry-run"])
-    assert r.exit_code == 0 and "README.md" in r.output and "would upload" in r.output
+    assert r.exit_code == 0
+    assert "README.md" in r.output
+    assert "would upload" in r.output

@@ -23,7 +23,8 @@ def test_migrations_match_the_models_and_roundtrip(db_url):
     migrate(engine)
     migrate(engine)  # idempotent: every process calls it on connect
     assert tables <= set(inspect(engine).get_table_names())
-    assert (MIGRATIONS / "env.py").is_file() and any((MIGRATIONS / "versions").glob("0001_*.py"))
+    assert (MIGRATIONS / "env.py").is_file()
+    assert any((MIGRATIONS / "versions").glob("0001_*.py"))
 
 
 def test_sqlite_runs_in_wal_mode(sqlite_url):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,12 +14,12 @@ import yaml
 from sqlalchemy import select
 
 from factory.db import Session, connect, session_factory
-from factory.export import export, split_of
-from factory.fake_runner import FakeSessionRunner
-from factory.plan import PlanConfig, plan
-from factory.push import push
-from factory.runner import RunConfig, Runner
-from proxy.parquet import SCHEMA as PROXY_SCHEMA
+from factory.publish.export import export, split_of
+from factory.publish.push import push
+from factory.run.fake_runner import FakeSessionRunner
+from factory.run.plan import PlanConfig, plan
+from factory.run.runner import RunConfig, Runner
+from records import SCHEMA as PROXY_SCHEMA
 
 from .helpers import seed
 
@@ -115,20 +114,24 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
     stats = export(sessions, tmp_path / "data", out, held_out=0.5, rows_per_shard=5)
     assert stats.sessions == len(done) == 48
     assert stats.calls == 2 * len(done) + 1
-    assert stats.duplicates_dropped == 1 and stats.stale_attempt_calls_skipped == 1
-    assert stats.translation_calls_skipped == 1 and stats.token_ids_dropped == 1
+    assert stats.duplicates_dropped == 1
+    assert stats.stale_attempt_calls_skipped == 1
+    assert stats.translation_calls_skipped == 1
+    assert stats.token_ids_dropped == 1
     assert stats.secrets == {"openai_key": 1, "private_key": 1, "url_password": 1, "email": 1}
 
     # Hub layout: data/<config>/<split>-xxxxx-of-xxxxx.parquet and the card's YAML configs
     files = sorted(p.relative_to(out).as_posix() for p in (out / "data").rglob("*.parquet"))
-    assert files and all(
+    assert files
+    assert all(
         f.split("/")[2].split("-")[0] in ("train", "test") and f.endswith(".parquet") and "-of-" in f
         for f in files
     )
     card = (out / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])
     assert {c["config_name"] for c in meta["configs"]} == {"calls", "sessions"}
-    assert "openai_key: 1" in card and f"{stats.calls:,} model calls" in card
+    assert "openai_key: 1" in card
+    assert f"{stats.calls:,} model calls" in card
     assert (out / "plots" / "calls_by_agent_lang.png").stat().st_size > 1000
 
     # the planted secret is nowhere in what would be published
@@ -155,7 +158,8 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
     for split in calls:
         assert {split_of(r, 0.5) for r in calls[split]["repo"]} == {split}
     scrubbed = [r for s in calls for r in calls[s] if "REDACTED" in r["request_json"]]
-    assert len(scrubbed) == 1 and scrubbed[0]["prompt_token_ids"] is None
+    assert len(scrubbed) == 1
+    assert scrubbed[0]["prompt_token_ids"] is None
     assert {r["lang"] for s in sess for r in sess[s]} == {"en", "ko"}
     assert {r["agent"] for s in sess for r in sess[s]} == {"claude-code", "codex", "opencode"}
     assert all(r["n_calls"] >= 2 and r["outcome"] == "succeeded" for s in sess for r in sess[s])
@@ -191,4 +195,4 @@ def test_push_dry_run_and_upload_path(finished, tmp_path):
         {"repo_type": "dataset", "exist_ok": True, "private": False},
     )
     assert api.calls[1][2] == {"repo_id": "org/name", "folder_path": str(out), "repo_type": "dataset"}
-    assert os.path.exists(out / "README.md")
+    assert (out / "README.md").exists()

@@ -6,9 +6,9 @@ import pytest
 from sqlalchemy import select
 
 from factory.db import Issue, Repo, connect, session_factory
-from factory.github import GitHubClient, GitHubError, NotFound
-from factory.issues import DbEtagCache, harvest
-from factory.registry import parse
+from factory.ingest.github import GitHubClient, GitHubError, NotFound
+from factory.ingest.issues import DbEtagCache, harvest
+from factory.ingest.registry import parse
 
 from .fake_github import FakeGitHub, FakeRepo, issue
 
@@ -86,7 +86,8 @@ def test_remaining_zero_on_success_pauses_before_next_request(gh):
     sleeps = Sleeps()
     c = client(gh, sleep=sleeps, clock=lambda: now)
     assert len(list(c.issues("o/r", per_page=1))) == 4
-    assert sleeps and sleeps[0] == 101.0
+    assert sleeps
+    assert sleeps[0] == 101.0
 
 
 def test_plain_403_is_an_error_not_a_retry(gh):
@@ -109,7 +110,8 @@ def test_etag_conditional_request_304_serves_cache(gh):
     before = gh.remaining
     second = list(c.issues("o/r"))
     assert first == second
-    assert gh.requests[-1]["status"] == 304 and "If-None-Match" in gh.requests[-1]["headers"]
+    assert gh.requests[-1]["status"] == 304
+    assert "If-None-Match" in gh.requests[-1]["headers"]
     assert gh.remaining == before  # 304s do not count against the limit
     assert c.stats.not_modified == 1
 
@@ -129,7 +131,8 @@ def test_base_commit_is_branch_head_at_issue_creation(gh):
     assert c.commit_at("o/r", "main", "2024-02-15T10:00:00Z") == "c2"
     assert c.commit_at("o/r", "main", "2023-12-01T00:00:00Z") is None
     q = gh.requests[-1]["query"]
-    assert q["sha"] == "main" and q["until"] == "2023-12-01T00:00:00Z"
+    assert q["sha"] == "main"
+    assert q["until"] == "2023-12-01T00:00:00Z"
 
 
 REG = {
@@ -160,13 +163,16 @@ def test_harvest_filters_records_base_commits_and_reports_404(gh, db_url):
     )
     sessions = session_factory(connect(db_url))
     report = harvest(sessions, parse(REG), client(gh, cache=DbEtagCache(sessions)))
-    assert report.missing == ["ghost/gone"] and report.repos_ok == 1 and report.issues_new == 2
+    assert report.missing == ["ghost/gone"]
+    assert report.repos_ok == 1
+    assert report.issues_new == 2
     assert report.skipped == {"body too short": 1, "bot author": 1, "excluded label": 1}
     with sessions() as s:
         got = {i.number: i.base_commit for i in s.scalars(select(Issue))}
         assert got == {1: "aaa", 6: "bbb"}
         repos = {r.name: r for r in s.scalars(select(Repo))}
-        assert repos["ghost/gone"].status == "missing" and repos["o/r"].status == "ok"
+        assert repos["ghost/gone"].status == "missing"
+        assert repos["o/r"].status == "ok"
         assert repos["o/r"].issues_since == "2024-01-11T00:00:00Z"
 
     # incremental: the next harvest asks with since= and adds only what is new, up to max_issues

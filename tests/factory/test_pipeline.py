@@ -15,9 +15,9 @@ import pytest
 from rich.console import Console
 from sqlalchemy import select
 
-from factory import sample
 from factory.db import Issue, Repo, Translation, connect, default_url, session_factory
 from factory.harvest import HarvestOptions, free_port, run_harvest
+from factory.ingest import sample
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,19 +53,22 @@ def test_harvest_with_scripted_sessions(tmp_path, upstream, monkeypatch):
     opts = HarvestOptions(
         data_dir=data, target_url=upstream, runner="fake", limit=6, concurrency=2, held_out=0.0
     )
-    with open(tmp_path / "console.txt", "w") as fh:
+    with (tmp_path / "console.txt").open("w") as fh:
         summary = run_harvest(opts, Console(file=fh, width=120))
 
     assert summary["run"]["done"] == 6
     assert summary["translated"] == {"ok": 0, "rejected": 1}  # the scripted model answers in English
     with sessions() as s:
         t = s.scalar(select(Translation).where(Translation.status == "rejected"))
-        assert t is not None and t.reason and t.attempts >= 1
+        assert t is not None
+        assert t.reason
+        assert t.attempts >= 1
     exp = summary["export"]
     cells = exp["by_agent_lang"]
     assert {k.split("/")[0] for k in cells} == {"claude-code", "codex", "opencode"}
     assert {k.split("/")[1] for k in cells} == {"en", "ko"}
-    assert exp["calls"] == 12 and exp["sessions"] == 6
+    assert exp["calls"] == 12
+    assert exp["sessions"] == 6
     stats = json.loads((data / "dataset" / "stats.json").read_text())
     assert stats["translation_calls_skipped"] >= 1
 

@@ -4,7 +4,7 @@ import pytest
 from sqlalchemy import select
 
 from factory.db import Session, connect, session_factory
-from factory.plan import PlanConfig, parse_mix, plan
+from factory.run.plan import PlanConfig, parse_mix, plan
 
 from .helpers import seed
 
@@ -52,7 +52,8 @@ def test_deterministic_under_seed_and_weights(tmp_path):
     by_agent = Counter(sid for sid, _ in a)
     assert len(by_agent) == len(a)
     full = run(6, {"claude-code": 1.0, "codex": 1.0, "opencode": 1.0})
-    assert len(full) == 4 * 10 * 2 * 3 and len(a) < len(full)
+    assert len(full) == 4 * 10 * 2 * 3
+    assert len(a) < len(full)
 
 
 def test_parse_mix():

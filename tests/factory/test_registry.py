@@ -1,7 +1,7 @@
 import pytest
 
-from factory import registry
-from factory.registry import RegistryError, parse
+from factory.ingest import registry
+from factory.ingest.registry import RegistryError, parse
 
 
 def test_bundled_repos_yaml_is_valid_and_large():
@@ -26,7 +26,9 @@ def test_overrides_merge_with_defaults():
         }
     )
     f = reg.filter_for(reg.repos[0])
-    assert f.labels == ["bug"] and f.max_issues == 10 and f.min_body_chars == 50
+    assert f.labels == ["bug"]
+    assert f.max_issues == 10
+    assert f.min_body_chars == 50
     assert reg.filter_for(reg.repos[1]).labels == []
 
 

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from factory.repocache import RepoCache, has_commit
-from factory.runner_types import InfraError
+from factory.run.repocache import RepoCache, has_commit
+from factory.run.runner_types import InfraError
 
 from .helpers import git_repo
 
@@ -36,9 +36,11 @@ def test_remote_is_cloned_once_and_fetched_for_new_commits(tmp_path):
     url = f"file://{src}"
     cache = RepoCache(tmp_path / "cache")
     path = cache.get("o/r", url, first)
-    assert path == tmp_path / "cache" / "o__r.git" and has_commit(path, first)
+    assert path == tmp_path / "cache" / "o__r.git"
+    assert has_commit(path, first)
     second = commit(src, "later.txt")  # a commit made after the clone (the partial clone or a fetch gets it)
-    assert cache.get("o/r", url, second) == path and has_commit(path, second)
+    assert cache.get("o/r", url, second) == path
+    assert has_commit(path, second)
     # what the sandbox does with it
     out = subprocess.run(
         ["git", "-C", str(path), "archive", second, "later.txt"], capture_output=True, check=True

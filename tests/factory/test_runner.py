@@ -14,11 +14,11 @@ from pathlib import Path
 
 from sqlalchemy import select, update
 
-from factory import queue
 from factory.db import Session, connect, session_factory, utcnow
-from factory.fake_runner import FakeSessionRunner
-from factory.plan import PlanConfig, plan
-from factory.runner import RunConfig, Runner
+from factory.run import queue
+from factory.run.fake_runner import FakeSessionRunner
+from factory.run.plan import PlanConfig, plan
+from factory.run.runner import RunConfig, Runner
 
 from .helpers import seed
 
@@ -61,7 +61,8 @@ def test_concurrent_processes_never_run_a_session_twice(tmp_path, db_url):
         _out, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
     starts = Counter(e["session"] for e in events(log) if e["event"] == "start")
-    assert len(starts) == total and set(starts.values()) == {1}
+    assert len(starts) == total
+    assert set(starts.values()) == {1}
     assert len({e["pid"] for e in events(log)}) >= 2  # the work really was shared
     assert queue.counts(sessions) == {"done": total}
 
@@ -76,19 +77,22 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path, db_url):
         return sum(e["event"] == event for e in events(log))
 
     while count("finish") < 6:
-        assert time.time() < deadline and p.poll() is None
+        assert time.time() < deadline
+        assert p.poll() is None
         time.sleep(0.02)
     # kill right after a session starts: it is then in flight for 0.5 s
     starts = count("start")
     while count("start") == starts:
-        assert time.time() < deadline and p.poll() is None
+        assert time.time() < deadline
+        assert p.poll() is None
         time.sleep(0.005)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     with sessions() as s:
         running = set(s.scalars(select(Session.id).where(Session.status == "running")))
         done_before = set(s.scalars(select(Session.id).where(Session.status == "done")))
-    assert running and done_before
+    assert running
+    assert done_before
     # the leases are 600 s: resuming at once proves the dead runner's leases were reclaimed
     t0 = time.time()
     p2 = spawn(db_url, tmp_path, log, concurrency=3, sleep=0.0)
@@ -101,9 +105,11 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path, db_url):
     # finished sessions were not run again; only those in flight at the kill ran a second time
     second = Counter(e["session"] for e in events(log) if e["event"] == "start")
     rerun = {sid for sid, n in second.items() if n > 1}
-    assert rerun <= running and not (rerun & done_before)
+    assert rerun <= running
+    assert not (rerun & done_before)
     for sid in running:
-        assert rows[sid].attempts == 2 and rows[sid].proxy_session_id == f"{sid}-a2"
+        assert rows[sid].attempts == 2
+        assert rows[sid].proxy_session_id == f"{sid}-a2"
     assert all(rows[sid].attempts == 1 for sid in done_before)
     assert all(r.patch and r.transcript_path and Path(r.transcript_path).exists() for r in rows.values())
 
@@ -125,11 +131,15 @@ def test_infra_failures_retry_with_backoff_then_fail(tmp_path, sqlite_url):
     t0 = time.monotonic()
     stats = Runner(sessions, fake, cfg).run()
     assert time.monotonic() - t0 >= 0.2 + 0.4  # the broken one waited 0.2 s, then 0.4 s
-    assert stats.done == total - 1 and stats.infra_failed == 1 and stats.infra_retries == 3
+    assert stats.done == total - 1
+    assert stats.infra_failed == 1
+    assert stats.infra_retries == 3
     with sessions() as s:
         rows = {r.id: r for r in s.scalars(select(Session))}
-    assert rows[flaky].status == "done" and rows[flaky].attempts == 2
-    assert rows[broken].status == "failed" and rows[broken].attempts == 3
+    assert rows[flaky].status == "done"
+    assert rows[flaky].attempts == 2
+    assert rows[broken].status == "failed"
+    assert rows[broken].attempts == 3
     assert "scripted infrastructure failure on attempt 3" in rows[broken].error
 
 
@@ -155,7 +165,9 @@ def test_limit_and_lost_lease(tmp_path, sqlite_url):
     assert c is not None
     time.sleep(0.05)
     other = queue.claim(sessions, "thief", lease_s=60, max_attempts=3)
-    assert other is not None and other.id == c.id and other.attempt == 2
+    assert other is not None
+    assert other.id == c.id
+    assert other.attempt == 2
     now = utcnow()
     assert not queue.finish(
         sessions,

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from factory.db import Issue, Repo, Translation, connect, session_factory
-from factory.translate import Checks, Rejected, Translator, mask, translate_missing, unmask, validate
+from factory.ingest.translate import Checks, Rejected, Translator, mask, translate_missing, unmask, validate
 
 BODY = """When I call `client.fetch()` on Windows the request hangs.
 
@@ -74,10 +74,12 @@ def test_good_translation_keeps_code_byte_identical_and_is_tagged():
     res = translator(model).translate_issue("Fetch hangs on Windows", BODY)
     assert res.ok, res.reason
     assert "```python\nfrom foo import Client\nClient().fetch()  # hangs forever\n```" in res.body
-    assert "`client.fetch()`" in res.body and "https://example.com/docs/setup.html" in res.body
+    assert "`client.fetch()`" in res.body
+    assert "https://example.com/docs/setup.html" in res.body
     assert "번역" in res.title
     chats = [r for r in model.requests if r.url.path.endswith("/chat/completions")]
-    assert chats and all(r.headers["X-Dflash-Tag"] == "translation" for r in chats)
+    assert chats
+    assert all(r.headers["X-Dflash-Tag"] == "translation" for r in chats)
     assert json.loads(chats[0].content)["model"] == "fake-model"
 
 
@@ -103,7 +105,8 @@ def test_retry_with_reason_then_success():
 def test_bad_answers_are_rejected_with_reason(answer, reason):
     model = FakeModel(answer)
     res = translator(model, max_attempts=2).translate_issue("Fetch hangs", BODY)
-    assert not res.ok and reason in res.reason
+    assert not res.ok
+    assert reason in res.reason
 
 
 def test_validate_catches_changed_code_even_without_placeholders():
@@ -142,7 +145,8 @@ def test_translate_missing_caches_ok_and_rejected(sqlite_url):
     assert len(model.requests) == calls
     with sessions() as s:
         rows = s.scalars(select(Translation)).all()
-        assert {t.status for t in rows} == {"ok"} and all(t.model == "fake-model" for t in rows)
+        assert {t.status for t in rows} == {"ok"}
+        assert all(t.model == "fake-model" for t in rows)
 
     with sessions.begin() as s:
         s.add(Issue(repo_id=1, number=3, title="Broken thing", body=BODY, created_at="t", updated_at="t"))
@@ -150,7 +154,8 @@ def test_translate_missing_caches_ok_and_rejected(sqlite_url):
     assert translate_missing(sessions, translator(bad, max_attempts=2)) == {"ok": 0, "rejected": 1}
     with sessions() as s:
         t = s.scalar(select(Translation).where(Translation.status == "rejected"))
-        assert t is not None and "Hangul share" in t.reason
+        assert t is not None
+        assert "Hangul share" in t.reason
     # a rejection is cached too, until asked to retry
     assert translate_missing(sessions, translator(bad)) == {"ok": 0, "rejected": 0}
     assert translate_missing(sessions, translator(FakeModel(fake_korean)), retry_rejected=True) == {

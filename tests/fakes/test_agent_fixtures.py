@@ -45,12 +45,15 @@ def test_fixture_facts(name: str):
     ua, session_headers, path, query, tool, _ = FACTS[name]
     first, second = load(name, "first_request"), load(name, "tool_result_request")
     for record in (first, second):
-        assert record["path"] == path and record["query"] == query
+        assert record["path"] == path
+        assert record["query"] == query
         assert header(record, "user-agent").startswith(ua)
-        assert record["body"]["stream"] is True and not record["body_compressed"]
+        assert record["body"]["stream"] is True
+        assert not record["body_compressed"]
         assert "<redacted>" in (header(record, "authorization") or header(record, "x-api-key") or "")
     for h in session_headers:  # the agent's session id is stable across its calls
-        assert header(first, h) and header(first, h) == header(second, h)
+        assert header(first, h)
+        assert header(first, h) == header(second, h)
     tools = first["body"]["tools"]
     names = [t.get("name") or t.get("function", {}).get("name") for t in tools]
     assert tool in names
@@ -81,7 +84,8 @@ def test_claude_default_traffic_probes_api_hello_without_credentials():
     probe = load("claude-code-default-traffic", "probe_request")
     assert (probe["method"], probe["path"]) == ("HEAD", "/api/hello")
     assert header(probe, "user-agent").startswith("Bun/")
-    assert not header(probe, "x-api-key") and not header(probe, "authorization")
+    assert not header(probe, "x-api-key")
+    assert not header(probe, "authorization")
 
 
 def test_claude_session_id_also_in_metadata():

@@ -61,7 +61,8 @@ def check(run: AgentRun, url: str) -> None:
     assert run.proof.read_text() == PROOF_TEXT + "\n", "the scripted shell call did not run"
     assert final_text(run) == FINAL_TEXT
     kinds = [classify(r) for r in httpx.get(url + "/_scripted/requests").json()]
-    assert "first_request" in kinds and "tool_result_request" in kinds
+    assert "first_request" in kinds
+    assert "tool_result_request" in kinds
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
@@ -81,7 +82,8 @@ def test_opencode_against_a_chat_only_upstream(binaries, chat_only, tmp_path):
     # the title side call goes to small_model with no tools and the same session header
     assert "side_request" in [classify(r) for r in records]
     sessions = {dict(r["headers"]).get("x-session-id") for r in records}
-    assert len(sessions) == 1 and next(iter(sessions)).startswith("ses_")
+    assert len(sessions) == 1
+    assert next(iter(sessions)).startswith("ses_")
 
 
 @pytest.mark.slow

@@ -33,9 +33,11 @@ def assert_error_shape(path: str, response: httpx.Response, status: int) -> None
     assert response.status_code == status
     body = response.json()
     if path.startswith("/v1/messages"):
-        assert body["type"] == "error" and body["error"]["message"]
+        assert body["type"] == "error"
+        assert body["error"]["message"]
     else:
-        assert body["error"]["message"] and body["error"]["type"]
+        assert body["error"]["message"]
+        assert body["error"]["type"]
 
 
 @pytest.mark.parametrize("path", sorted(BODIES))
@@ -52,7 +54,8 @@ async def test_slow_delays_the_first_byte():
     async with client_for() as c:
         started = time.monotonic()
         r = await c.post("/v1/chat/completions", json={**BODIES["/v1/chat/completions"], "model": "slow-300"})
-    assert r.status_code == 200 and time.monotonic() - started >= 0.3
+    assert r.status_code == 200
+    assert time.monotonic() - started >= 0.3
 
 
 @pytest.mark.parametrize("path", sorted(BODIES))
@@ -76,8 +79,10 @@ async def test_compressed_request_bodies_are_decoded(encoding, pack):
     async with client_for() as c:
         r = await c.post("/v1/chat/completions", content=pack(body), headers={"content-encoding": encoding})
         seen = (await c.get("/_scripted/requests")).json()[-1]
-    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
-    assert seen["body_compressed"] and seen["body"] == BODIES["/v1/chat/completions"]
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["message"]["content"]
+    assert seen["body_compressed"]
+    assert seen["body"] == BODIES["/v1/chat/completions"]
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "br", "zstd"])
@@ -99,7 +104,8 @@ async def test_chat_only_serves_chat_models_tokenize_health():
     async with client_for(apis="chat") as c:
         for path in ("/v1/messages", "/v1/responses", "/v1/completions", "/v1/messages/count_tokens"):
             r = await c.post(path, json=BODIES.get(path, {}))
-            assert r.status_code == 404 and "not served" in r.text
+            assert r.status_code == 404
+            assert "not served" in r.text
         assert (await c.post("/v1/chat/completions", json=BODIES["/v1/chat/completions"])).status_code == 200
         assert (await c.post("/tokenize", json={"prompt": "ab"})).json()["tokens"] == [97, 98]
         assert (await c.get("/v1/models")).status_code == 200
@@ -120,13 +126,16 @@ async def test_recording_redacts_secrets_and_can_be_cleared(tmp_path: Path):
         await c.delete("/_scripted/requests")
         assert (await c.get("/_scripted/requests")).json() == []
     written = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
-    assert written == listed and len(written) == 1
+    assert written == listed
+    assert len(written) == 1
     record = written[0]
-    assert record["path"] == "/v1/messages" and record["query"] == "beta=true"
+    assert record["path"] == "/v1/messages"
+    assert record["query"] == "beta=true"
     assert ["authorization", "Bearer <redacted>"] in record["headers"]
     assert ["x-api-key", "<redacted>"] in record["headers"]
     assert ["x-session-id", "ses_1"] in record["headers"]
-    assert "sk-secret" not in json.dumps(record) and "sk-other" not in json.dumps(record)
+    assert "sk-secret" not in json.dumps(record)
+    assert "sk-other" not in json.dumps(record)
 
 
 JSON = st.recursive(
@@ -155,4 +164,5 @@ async def test_undecodable_request_bodies_are_400(encoding):
         r = await c.post("/v1/responses", content=b"\x00garbage", headers={"content-encoding": encoding})
         seen = (await c.get("/_scripted/requests")).json()[-1]
     assert_error_shape("/v1/responses", r, 400)
-    assert seen["body"] is None and seen["body_error"]
+    assert seen["body"] is None
+    assert seen["body_error"]

@@ -43,14 +43,16 @@ def anthropic_body(**extra: Any) -> dict[str, Any]:
 
 async def test_anthropic_stream_is_one_tool_use_block_in_order(client):
     r = await client.post("/v1/messages?beta=true", json=anthropic_body(stream=True))
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(r.text)
     names = [name for name, _ in events]
     assert names[:4] == ["message_start", "ping", "content_block_start", "content_block_delta"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert all(name == data["type"] for name, data in events)
     block = events[2][1]["content_block"]
-    assert block["type"] == "tool_use" and block["name"] == "Bash"
+    assert block["type"] == "tool_use"
+    assert block["name"] == "Bash"
     partial = "".join(d["delta"]["partial_json"] for n, d in events if n == "content_block_delta")
     assert json.loads(partial) == {"command": PROOF_COMMAND}
     delta = events[-2][1]
@@ -67,7 +69,8 @@ async def test_anthropic_after_tool_result_answers_text(client):
     ]
     r = await client.post("/v1/messages", json=anthropic_body(messages=messages))
     body = r.json()
-    assert body["type"] == "message" and body["stop_reason"] == "end_turn"
+    assert body["type"] == "message"
+    assert body["stop_reason"] == "end_turn"
     assert body["content"] == [{"type": "text", "text": FINAL_TEXT}]
     streamed = parse_sse(
         (await client.post("/v1/messages", json=anthropic_body(messages=messages, stream=True))).text
@@ -85,9 +88,11 @@ async def test_count_tokens_and_models(client):
     r = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": USER})
     assert r.json()["input_tokens"] > 0
     openai_models = (await client.get("/v1/models")).json()
-    assert openai_models["object"] == "list" and openai_models["data"][0]["id"] == "scripted"
+    assert openai_models["object"] == "list"
+    assert openai_models["data"][0]["id"] == "scripted"
     anthropic_models = (await client.get("/v1/models", headers={"anthropic-version": "2023-06-01"})).json()
-    assert anthropic_models["data"][0]["type"] == "model" and anthropic_models["has_more"] is False
+    assert anthropic_models["data"][0]["type"] == "model"
+    assert anthropic_models["has_more"] is False
 
 
 def chat_body(**extra: Any) -> dict[str, Any]:
@@ -103,21 +108,25 @@ async def test_chat_stream_token_ids_and_usage(client):
     assert chunks[0]["prompt_token_ids"] == tokenized["tokens"]
     assert all("prompt_token_ids" not in c for c in chunks[1:])
     usage_chunk = chunks[-1]
-    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["prompt_tokens"] == tokenized["count"]
+    assert usage_chunk["choices"] == []
+    assert usage_chunk["usage"]["prompt_tokens"] == tokenized["count"]
     deltas = [c["choices"][0] for c in chunks[:-1]]
     calls = [d["delta"]["tool_calls"][0] for d in deltas if "tool_calls" in d["delta"]]
-    assert calls[0]["function"]["name"] == "bash" and calls[0]["id"].startswith("call_")
+    assert calls[0]["function"]["name"] == "bash"
+    assert calls[0]["id"].startswith("call_")
     arguments = "".join(c["function"]["arguments"] for c in calls)
     assert json.loads(arguments) == {"command": PROOF_COMMAND}
     ids = [t for d in deltas for t in d["token_ids"]]
-    assert ids == encode(arguments) and usage_chunk["usage"]["completion_tokens"] == len(ids)
+    assert ids == encode(arguments)
+    assert usage_chunk["usage"]["completion_tokens"] == len(ids)
     assert deltas[-1]["finish_reason"] == "tool_calls"
 
 
 async def test_chat_without_options_has_no_ids_or_usage_chunk(client):
     events = parse_sse((await client.post("/v1/chat/completions", json=chat_body(stream=True))).text)
     chunks = [data for _, data in events[:-1]]
-    assert all(c["choices"] for c in chunks) and all("usage" not in c for c in chunks)
+    assert all(c["choices"] for c in chunks)
+    assert all("usage" not in c for c in chunks)
     assert all("token_ids" not in c["choices"][0] and "prompt_token_ids" not in c for c in chunks)
 
 
@@ -135,8 +144,10 @@ async def test_chat_non_stream_tool_result_and_token_ids(client):
         await client.post("/v1/chat/completions", json=chat_body(messages=messages, return_token_ids=True))
     ).json()
     choice = body["choices"][0]
-    assert body["object"] == "chat.completion" and choice["finish_reason"] == "stop"
-    assert choice["message"]["content"] == FINAL_TEXT and choice["token_ids"] == encode(FINAL_TEXT)
+    assert body["object"] == "chat.completion"
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["content"] == FINAL_TEXT
+    assert choice["token_ids"] == encode(FINAL_TEXT)
     assert len(body["prompt_token_ids"]) == body["usage"]["prompt_tokens"]
 
 
@@ -156,7 +167,8 @@ async def test_openai_sdk_reads_chat_and_responses_streams():
         async for _ in events:
             pass
         final = await events.get_final_response()
-    assert final.output[0].type == "function_call" and final.output[0].name == "exec_command"
+    assert final.output[0].type == "function_call"
+    assert final.output[0].name == "exec_command"
     text = await sdk.responses.create(model="scripted", input="hi")
     assert text.output_text == SIDE_TEXT
     await http.aclose()
@@ -178,7 +190,8 @@ async def test_responses_stream_sequence_numbers_and_function_call(client):
     ]
     done = events[-1][1]["response"]
     call = done["output"][0]
-    assert json.loads(call["arguments"]) == {"cmd": PROOF_COMMAND} and done["status"] == "completed"
+    assert json.loads(call["arguments"]) == {"cmd": PROOF_COMMAND}
+    assert done["status"] == "completed"
     assert done["usage"]["output_tokens"] == len(encode(call["arguments"]))
 
 
@@ -198,9 +211,11 @@ async def test_responses_tool_output_and_local_shell(client):
 async def test_legacy_completions(client):
     body = {"model": "m", "prompt": "abc", "return_token_ids": True}
     full = (await client.post("/v1/completions", json=body)).json()
-    assert full["object"] == "text_completion" and full["choices"][0]["prompt_token_ids"] == encode("abc")
+    assert full["object"] == "text_completion"
+    assert full["choices"][0]["prompt_token_ids"] == encode("abc")
     events = parse_sse((await client.post("/v1/completions", json={**body, "stream": True})).text)
-    assert events[-1][1] == "[DONE]" and events[0][1]["choices"][0]["prompt_token_ids"] == encode("abc")
+    assert events[-1][1] == "[DONE]"
+    assert events[0][1]["choices"][0]["prompt_token_ids"] == encode("abc")
     ids = [t for _, d in events[:-1] for t in d["choices"][0].get("token_ids") or []]
     assert ids == full["choices"][0]["token_ids"]
     assert "".join(d["choices"][0]["text"] for _, d in events[:-1]) == full["choices"][0]["text"]

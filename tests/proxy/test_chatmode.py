@@ -38,7 +38,8 @@ async def test_messages_are_translated_to_chat_and_back(seen):
         r = await client.post("/s/t1/v1/messages?beta=true", json=MSG)
     assert r.status_code == 200
     msg = r.json()
-    assert msg["type"] == "message" and msg["stop_reason"] == "tool_use"
+    assert msg["type"] == "message"
+    assert msg["stop_reason"] == "tool_use"
     assert msg["content"][0] == {
         "type": "tool_use",
         "id": "call_1",
@@ -46,12 +47,13 @@ async def test_messages_are_translated_to_chat_and_back(seen):
         "input": {"command": "ls"},
     }
     sent = json.loads(seen[0].content)
-    assert seen[0].url.path == "/v1/chat/completions" and sent["return_token_ids"] is True
+    assert seen[0].url.path == "/v1/chat/completions"
+    assert sent["return_token_ids"] is True
     assert seen[0].url.query == b""  # `?beta=true` belongs to the Messages route
     rec = row(sink.calls[0])
-    assert (
-        rec["translated"] and rec["prompt_token_ids"] == [1, 2, 3] and rec["completion_token_ids"] == [7, 8]
-    )
+    assert rec["translated"]
+    assert rec["prompt_token_ids"] == [1, 2, 3]
+    assert rec["completion_token_ids"] == [7, 8]
     assert json.loads(rec["response_json"])["stop_reason"] == "tool_use"  # stored in the client's shape
     assert any(f.startswith("cache_control") for f in rec["dropped_fields"])  # nothing dropped silently
 
@@ -63,13 +65,17 @@ async def test_streamed_chat_becomes_anthropic_events_with_ids_recorded():
     ):
         r = await client.post("/v1/messages", json={**MSG, "stream": True})
     names = [line.split(": ", 1)[1] for line in r.text.splitlines() if line.startswith("event: ")]
-    assert names[0] == "message_start" and names[-1] == "message_stop"
-    assert "content_block_delta" in names and "message_delta" in names
+    assert names[0] == "message_start"
+    assert names[-1] == "message_stop"
+    assert "content_block_delta" in names
+    assert "message_delta" in names
     assert b"token_ids" not in r.content
     rec = row(sink.calls[0])
-    assert rec["prompt_token_ids"] == [1, 2, 3] and rec["completion_token_ids"] == [5, 6]
+    assert rec["prompt_token_ids"] == [1, 2, 3]
+    assert rec["completion_token_ids"] == [5, 6]
     body = json.loads(rec["response_json"])
-    assert body["content"][0]["text"] == "hello" and rec["finish_reason"] == "end_turn"
+    assert body["content"][0]["text"] == "hello"
+    assert rec["finish_reason"] == "end_turn"
 
 
 async def test_responses_are_translated_both_ways(seen):
@@ -81,9 +87,11 @@ async def test_responses_are_translated_both_ways(seen):
     async with proxied(handler, upstream_api="chat") as (client, sink):
         r = await client.post("/v1/responses", json=body)
     out = r.json()
-    assert out["object"] == "response" and out["output"][-1]["type"] == "function_call"
+    assert out["object"] == "response"
+    assert out["output"][-1]["type"] == "function_call"
     sent = json.loads(seen[0].content)
-    assert sent["messages"][0]["role"] in ("system", "developer") and "store" not in sent
+    assert sent["messages"][0]["role"] in ("system", "developer")
+    assert "store" not in sent
     assert row(sink.calls[0])["completion_token_ids"] == [7, 8]
 
 
@@ -102,10 +110,13 @@ async def test_native_chat_ids_are_requested_recorded_and_hidden_from_the_client
             "/v1/chat/completions", json={"model": "m", "messages": [], "return_token_ids": True}
         )
     assert all(json.loads(r.content).get("return_token_ids") for r in seen)
-    assert "token_ids" not in plain.text and "prompt_token_ids" not in plain.text
+    assert "token_ids" not in plain.text
+    assert "prompt_token_ids" not in plain.text
     assert plain.json()["choices"][0]["message"]["tool_calls"][0]["id"] == "call_1"
-    assert "token_ids" not in streamed.text and "hello" not in streamed.text  # deltas "he" + "llo" intact
-    assert '"he"' in streamed.text and '"llo"' in streamed.text
+    assert "token_ids" not in streamed.text
+    assert "hello" not in streamed.text
+    assert '"he"' in streamed.text
+    assert '"llo"' in streamed.text
     assert asked.json()["prompt_token_ids"] == [1, 2, 3]  # the client asked: it gets them
     recs = [row(c) for c in sink.calls]
     assert [r["completion_token_ids"] for r in recs] == [[7, 8], [5, 6], [7, 8]]
@@ -119,9 +130,11 @@ async def test_count_tokens_in_chat_mode_uses_tokenize(seen):
 
     async with proxied(handler, upstream_api="chat") as (client, sink):
         r = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": MSG["messages"]})
-    assert r.json() == {"input_tokens": 4} and seen[0].url.path == "/tokenize"
+    assert r.json() == {"input_tokens": 4}
+    assert seen[0].url.path == "/tokenize"
     rec = row(sink.calls[0])
-    assert rec["prompt_token_ids"] == [9, 9, 9, 9] and rec["prompt_tokens"] == 4
+    assert rec["prompt_token_ids"] == [9, 9, 9, 9]
+    assert rec["prompt_tokens"] == 4
 
 
 async def test_upstream_error_in_chat_mode_comes_back_in_anthropic_shape():
@@ -134,12 +147,13 @@ async def test_upstream_error_in_chat_mode_comes_back_in_anthropic_shape():
     async with proxied(lambda req: reply(400, err), upstream_api="chat") as (client, sink):
         r = await client.post("/v1/messages", json=MSG)
     assert r.status_code == 400
-    assert r.json()["type"] == "error" and "maximum context length" in r.json()["error"]["message"]
+    assert r.json()["type"] == "error"
+    assert "maximum context length" in r.json()["error"]["message"]
     assert sink.calls[0].outcome == "upstream_error"
 
 
 async def test_a_stream_the_translator_cannot_handle_ends_with_an_error_event(monkeypatch):
-    from proxy.translate import AnthropicStreamTranslator
+    from wire import AnthropicStreamTranslator
 
     def broken(self, raw):
         raise ValueError("unexpected chunk")
@@ -152,7 +166,8 @@ async def test_a_stream_the_translator_cannot_handle_ends_with_an_error_event(mo
         r = await client.post("/v1/messages", json={**MSG, "stream": True})
         assert (await client.get("/healthz")).status_code == 200
     assert "event: error" in r.text
-    assert sink.calls[0].outcome == "upstream_error" and "unexpected chunk" in (sink.calls[0].error or "")
+    assert sink.calls[0].outcome == "upstream_error"
+    assert "unexpected chunk" in (sink.calls[0].error or "")
 
 
 async def test_a_reply_the_translator_cannot_handle_is_a_502_in_the_clients_shape(monkeypatch):
@@ -165,5 +180,7 @@ async def test_a_reply_the_translator_cannot_handle_is_a_502_in_the_clients_shap
     async with proxied(lambda req: reply(200, CHAT_REPLY), upstream_api="chat") as (client, sink):
         r = await client.post("/v1/messages", json=MSG)
         assert (await client.get("/healthz")).status_code == 200
-    assert r.status_code == 502 and r.json()["type"] == "error"
-    assert sink.calls[0].outcome == "upstream_error" and "KeyError" in (sink.calls[0].error or "")
+    assert r.status_code == 502
+    assert r.json()["type"] == "error"
+    assert sink.calls[0].outcome == "upstream_error"
+    assert "KeyError" in (sink.calls[0].error or "")

@@ -52,14 +52,17 @@ def test_agent_runs_unchanged_against_a_chat_only_upstream(
         assert run.proof.exists(), "the translated tool call did not run"
         rows = proxy.rows(session_id=session)
     model_rows = [r for r in rows if r["api"] == api]
-    assert len(model_rows) >= 2 and all(r["outcome"] == "ok" for r in rows)
+    assert len(model_rows) >= 2
+    assert all(r["outcome"] == "ok" for r in rows)
     for r in model_rows:
-        assert r["prompt_token_ids"] and r["completion_token_ids"], r["call_id"]
+        assert r["prompt_token_ids"], r["call_id"]
+        assert r["completion_token_ids"], r["call_id"]
         assert r["token_ids_source"] == "upstream"
         assert len(r["completion_token_ids"]) == r["completion_tokens"]
         assert r["translated"] is (api != "openai_chat")
         sent = json.loads(r["upstream_request_json"])
-        assert sent["return_token_ids"] is True and "messages" in sent
+        assert sent["return_token_ids"] is True
+        assert "messages" in sent
     # The first call carried the tool call, in the client's own API shape; a later call carried its result.
     assert any("AGENT_PROOF.txt" in r["response_json"] for r in model_rows)
     assert any(

@@ -18,7 +18,9 @@ def test_environment_variables_configure_the_proxy(monkeypatch, tmp_path):
     monkeypatch.setenv("DFLASH_PROXY_CLIENT_KEYS", '["a", "b"]')
     monkeypatch.setenv("DFLASH_PROXY_DATA_DIR", str(tmp_path))
     s = ProxySettings()  # type: ignore[call-arg]
-    assert s.upstream == "http://gpu:8000" and s.upstream_api == "chat" and s.client_keys == ["a", "b"]
+    assert s.upstream == "http://gpu:8000"
+    assert s.upstream_api == "chat"
+    assert s.client_keys == ["a", "b"]
     assert s.calls_dir == tmp_path / "calls"
 
 
@@ -32,4 +34,5 @@ def test_bad_settings_are_rejected_with_the_field_named(tmp_path):
         text=True,
     )
     assert out.returncode == 2
-    assert "--upstream:" in out.stderr and "--upstream-api:" in out.stderr
+    assert "--upstream:" in out.stderr
+    assert "--upstream-api:" in out.stderr

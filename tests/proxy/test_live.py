@@ -44,14 +44,18 @@ def test_every_api_is_relayed_and_recorded_with_tool_calls(proxy: LiveProxy, str
         assert r.status_code == 200, r.text
     for api in REQUESTS:
         (row,) = proxy.rows(session_id=f"live-{api}")
-        assert row["api"] == api and row["outcome"] == "ok" and row["stream"] is stream
-        assert row["prompt_tokens"] and row["completion_tokens"], row
+        assert row["api"] == api
+        assert row["outcome"] == "ok"
+        assert row["stream"] is stream
+        assert row["prompt_tokens"], row
+        assert row["completion_tokens"], row
         response = json.loads(row["response_json"])
         text = json.dumps(response)
         assert "AGENT_PROOF.txt" in text  # the tool call's full arguments survived assembly
         assert (row["stream_raw_zstd"] is not None) is stream
     models = httpx.get(f"{proxy.url}/v1/models", timeout=10)
-    assert models.status_code == 200 and models.json()["data"]
+    assert models.status_code == 200
+    assert models.json()["data"]
 
 
 def test_upstream_token_ids_are_recorded_for_chat(proxy: LiveProxy):
@@ -61,8 +65,10 @@ def test_upstream_token_ids_are_recorded_for_chat(proxy: LiveProxy):
         assert httpx.post(f"{proxy.url}/s/ids-{stream}{path}", json=req, timeout=30).status_code == 200
     for stream in (False, True):
         (row,) = proxy.rows(session_id=f"ids-{stream}")
-        assert row["prompt_token_ids"] and len(row["prompt_token_ids"]) == row["prompt_tokens"]
-        assert row["completion_token_ids"] and len(row["completion_token_ids"]) == row["completion_tokens"]
+        assert row["prompt_token_ids"]
+        assert len(row["prompt_token_ids"]) == row["prompt_tokens"]
+        assert row["completion_token_ids"]
+        assert len(row["completion_token_ids"]) == row["completion_tokens"]
         assert row["token_ids_source"] == "upstream"
 
 
@@ -77,9 +83,11 @@ def test_compressed_responses_relay_and_record_decoded(proxy: LiveProxy, encodin
             headers={"accept-encoding": encoding},
             timeout=30,
         )
-        assert r.status_code == 200 and r.headers.get("content-encoding") == encoding
+        assert r.status_code == 200
+        assert r.headers.get("content-encoding") == encoding
         (row,) = proxy.rows(session_id=f"enc-{encoding}-{stream}")
-        assert "AGENT_PROOF.txt" in row["response_json"] and row["response_content_encoding"] == encoding
+        assert "AGENT_PROOF.txt" in row["response_json"]
+        assert row["response_content_encoding"] == encoding
 
 
 def test_client_disconnect_and_upstream_drop_are_recorded(proxy: LiveProxy):
@@ -163,7 +171,8 @@ def test_kill_9_under_load_loses_no_completed_call(upstream, tmp_path):
             t.join()
     recorded = {r["session_id"] for r in proxy.rows()}
     missing = set(completed) - recorded
-    assert len(completed) >= 150 and not missing, f"{len(missing)} completed calls missing"
+    assert len(completed) >= 150, f"{len(missing)} completed calls missing"
+    assert not missing, f"{len(missing)} completed calls missing"
 
 
 def test_tokenize_native_fills_prompt_ids_when_the_record_rolls(upstream, tmp_path):
@@ -173,7 +182,8 @@ def test_tokenize_native_fills_prompt_ids_when_the_record_rolls(upstream, tmp_pa
             assert httpx.post(f"{proxy.url}/s/tok-{api}{path}", json=body, timeout=30).status_code == 200
         rows = {r["api"]: r for r in proxy.rows()}
     for api in ("anthropic_messages", "openai_responses"):
-        assert rows[api]["token_ids_source"] == "tokenize" and rows[api]["prompt_token_ids"], api
+        assert rows[api]["token_ids_source"] == "tokenize", api
+        assert rows[api]["prompt_token_ids"], api
         assert not rows[api]["translated"]
 
 

@@ -27,14 +27,18 @@ async def test_non_stream_body_is_relayed_byte_for_byte_and_attributed(seen):
             json=MSG,
             headers={"user-agent": CLAUDE_UA, "x-claude-code-session-id": "cc-uuid", "x-api-key": "dummy"},
         )
-    assert r.status_code == 200 and r.content == upstream_body
+    assert r.status_code == 200
+    assert r.content == upstream_body
     assert str(seen[0].url) == "http://upstream.test/v1/messages?beta=true"
-    assert "x-api-key" not in seen[0].headers and "authorization" not in seen[0].headers
+    assert "x-api-key" not in seen[0].headers
+    assert "authorization" not in seen[0].headers
     (call,) = sink.calls
     assert (call.session_id, call.agent, call.agent_session_id) == ("sess-1", "claude-code", "cc-uuid")
-    assert call.path == "/v1/messages?beta=true" and call.api == "anthropic_messages"
+    assert call.path == "/v1/messages?beta=true"
+    assert call.api == "anthropic_messages"
     row = to_row(call, __import__("zstandard").ZstdCompressor())
-    assert row["outcome"] == "ok" and row["status_code"] == 200
+    assert row["outcome"] == "ok"
+    assert row["status_code"] == 200
     assert (row["prompt_tokens"], row["completion_tokens"], row["finish_reason"]) == (3, 1, "end_turn")
     assert json.loads(row["request_json"]) == MSG
 
@@ -56,13 +60,16 @@ async def test_stream_is_relayed_and_assembled():
 
     async with proxied(handler) as (client, sink):
         r = await client.post("/v1/messages", json={**MSG, "stream": True})
-    assert r.content == events and r.headers["content-type"] == "text/event-stream"
+    assert r.content == events
+    assert r.headers["content-type"] == "text/event-stream"
     row = to_row(sink.calls[0], __import__("zstandard").ZstdCompressor())
     body = json.loads(row["response_json"])
     assert body["content"][0]["input"] == {"command": "ls"}
     # streamed usage is cumulative: the last value wins, never the sum
-    assert row["completion_tokens"] == 9 and row["prompt_tokens"] == 5
-    assert row["finish_reason"] == "tool_use" and row["stream"] is True
+    assert row["completion_tokens"] == 9
+    assert row["prompt_tokens"] == 5
+    assert row["finish_reason"] == "tool_use"
+    assert row["stream"] is True
 
 
 async def test_upstream_key_replaces_client_key_and_client_keys_are_enforced(seen):
@@ -73,8 +80,10 @@ async def test_upstream_key_replaces_client_key_and_client_keys_are_enforced(see
     async with proxied(handler, upstream_key="real-secret", client_keys=["k1"]) as (client, sink):
         denied = await client.get("/v1/models", headers={"authorization": "Bearer nope"})
         ok = await client.get("/v1/models", headers={"authorization": "Bearer k1"})
-    assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
-    assert ok.status_code == 200 and len(seen) == 1
+    assert denied.status_code == 401
+    assert denied.json()["error"]["type"] == "authentication_error"
+    assert ok.status_code == 200
+    assert len(seen) == 1
     assert seen[0].headers["authorization"] == "Bearer real-secret"
     assert [c.outcome for c in sink.calls] == ["rejected", "ok"]
 
@@ -88,8 +97,10 @@ async def test_unknown_path_is_404_and_not_forwarded(seen):
             ("POST", "/s/x/admin"),
         ]:
             r = await client.request(method, path)
-            assert r.status_code == 404 and "no route" in r.json()["error"]["message"]
-    assert seen == [] and sink.calls == []
+            assert r.status_code == 404
+            assert "no route" in r.json()["error"]["message"]
+    assert seen == []
+    assert sink.calls == []
 
 
 async def test_malformed_requests_get_4xx_in_the_apis_shape(seen):
@@ -111,7 +122,8 @@ async def test_malformed_requests_get_4xx_in_the_apis_shape(seen):
             assert r.status_code == status, (path, body[:30], r.text)
             err = r.json()
             if family == "anthropic":
-                assert err["type"] == "error" and err["error"]["message"]
+                assert err["type"] == "error"
+                assert err["error"]["message"]
             else:
                 assert err["error"]["message"]
         assert (await client.get("/healthz")).status_code == 200
@@ -129,11 +141,14 @@ async def test_upstream_unreachable_and_timeout():
 
     async with proxied(down) as (client, sink):
         r = await client.post("/v1/messages", json=MSG)
-        assert r.status_code == 502 and r.json()["error"]["type"] == "api_error"
+        assert r.status_code == 502
+        assert r.json()["error"]["type"] == "api_error"
     async with proxied(slow) as (client, sink2):
         r = await client.post("/v1/chat/completions", json={"model": "m", "messages": []})
-        assert r.status_code == 504 and r.json()["error"]["type"] == "timeout"
-    assert sink.calls[0].outcome == "upstream_error" and sink2.calls[0].outcome == "timeout"
+        assert r.status_code == 504
+        assert r.json()["error"]["type"] == "timeout"
+    assert sink.calls[0].outcome == "upstream_error"
+    assert sink2.calls[0].outcome == "timeout"
 
 
 async def test_compressed_request_is_forwarded_unchanged_and_recorded_decoded(seen):
@@ -146,7 +161,8 @@ async def test_compressed_request_is_forwarded_unchanged_and_recorded_decoded(se
     async with proxied(handler) as (client, sink):
         r = await client.post("/v1/messages", content=raw, headers={"content-encoding": "gzip"})
     assert r.status_code == 200
-    assert seen[0].content == raw and seen[0].headers["content-encoding"] == "gzip"
+    assert seen[0].content == raw
+    assert seen[0].headers["content-encoding"] == "gzip"
     assert json.loads(sink.calls[0].request_body) == MSG
 
 
@@ -163,7 +179,8 @@ async def test_compressed_response_is_relayed_raw_and_recorded_decoded():
         )
     assert r.json() == body  # httpx decodes gzip for us: the bytes arrived gzip-encoded
     row = to_row(sink.calls[0], __import__("zstandard").ZstdCompressor())
-    assert json.loads(row["response_json"]) == body and row["response_content_encoding"] == "gzip"
+    assert json.loads(row["response_json"]) == body
+    assert row["response_content_encoding"] == "gzip"
 
 
 async def test_upstream_drop_mid_stream_ends_with_an_error_event():

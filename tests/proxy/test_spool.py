@@ -26,9 +26,11 @@ def make_call(i: int) -> Call:
 def test_frames_round_trip_and_a_torn_tail_is_ignored():
     blob = make_call(1).encode() + make_call(2).encode()
     calls, used = decode_stream(blob)
-    assert [c.session_id for c in calls] == ["s1", "s2"] and used == len(blob)
+    assert [c.session_id for c in calls] == ["s1", "s2"]
+    assert used == len(blob)
     torn, used = decode_stream(blob[:-7])
-    assert [c.session_id for c in torn] == ["s1"] and used < len(blob)
+    assert [c.session_id for c in torn] == ["s1"]
+    assert used < len(blob)
     corrupt = bytearray(blob)
     corrupt[-3] ^= 0xFF
     assert [c.session_id for c in decode_stream(bytes(corrupt))[0]] == ["s1"]
@@ -46,7 +48,8 @@ def test_sink_makes_calls_durable_then_rolls_them_into_parquet(tmp_path):
     assert sorted(table.column("session_id").to_pylist()) == sorted(f"s{i}" for i in range(7))
     assert len(list((tmp_path / "calls").glob("part-*.parquet"))) == 3  # 3 + 3 + 1 records
     assert list((tmp_path / "spool").glob("*.spool")) == []
-    assert sink.written == 7 and sink.depth == 0
+    assert sink.written == 7
+    assert sink.depth == 0
 
 
 def test_roll_skips_live_segments_and_never_duplicates(tmp_path):
@@ -56,10 +59,11 @@ def test_roll_skips_live_segments_and_never_duplicates(tmp_path):
     dead.write_bytes(make_call(1).encode() + make_call(2).encode())
     live = spool / "live-0001.spool"
     live.write_bytes(make_call(3).encode())
-    with open(live, "rb") as held:
+    with live.open("rb") as held:
         fcntl.flock(held.fileno(), fcntl.LOCK_EX)  # what a running proxy holds on its open segment
         assert roll_all(spool, calls_dir) == (1, 2)
-    assert live.exists() and not dead.exists()
+    assert live.exists()
+    assert not dead.exists()
     # A roller killed after the rename but before the unlink: the part exists and the segment too.
     dead.write_bytes(make_call(1).encode() + make_call(2).encode())
     assert (calls_dir / part_name(dead)).exists()

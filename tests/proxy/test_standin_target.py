@@ -20,7 +20,7 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "agents" / "claude-code" / "first_r
 
 
 def test_translated_claude_code_request_ids_equal_the_targets_rendering(tmp_path):
-    from trainer.target import load_target
+    from standin import load_target
 
     capture = json.loads(FIXTURE.read_text())
     body = {**capture["body"], "model": "tiny-qwen3", "max_tokens": 4, "stream": True}
@@ -54,7 +54,8 @@ def test_translated_claude_code_request_ids_equal_the_targets_rendering(tmp_path
     sent = json.loads(row["upstream_request_json"])
     target = load_target("tiny-qwen3")
     expected = target.render(sent["messages"], sent.get("tools"))
-    assert row["agent"] == "claude-code" and row["translated"]
+    assert row["agent"] == "claude-code"
+    assert row["translated"]
     assert len(expected) > 5000  # the whole Claude Code system prompt and tools were rendered
     assert row["prompt_token_ids"] == expected
     assert row["prompt_tokens"] == len(expected)

@@ -56,9 +56,11 @@ def recorded(data: Path, session_id: str) -> list[dict[str, object]]:
 def check_result(result: SessionResult) -> None:
     assert result.status == "succeeded", (result.reason, result.stderr[-2000:])
     assert result.exit_code == 0
-    assert f"+++ b/{PROOF_FILE}" in result.patch and PROOF_TEXT in result.patch, result.patch
+    assert f"+++ b/{PROOF_FILE}" in result.patch, result.patch
+    assert PROOF_TEXT in result.patch, result.patch
     assert result.agent_session_id, "the agent's own session id is read from its transcript"
-    assert result.transcript and all(isinstance(e, dict) for e in result.transcript)
+    assert result.transcript
+    assert all(isinstance(e, dict) for e in result.transcript)
     for step in ("network", "create", "start", "copy_repo", "agent", "patch", "teardown", "total"):
         assert result.timings[step] >= 0, step
 
@@ -123,8 +125,10 @@ def test_try_cli_prints_the_result_as_json(agents_image, proxy, repo, run_id) ->
     out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout)
-    assert result["session_id"] == f"cli-{run_id}" and result["agent"] == "codex"
-    assert result["status"] == "succeeded" and PROOF_FILE in result["patch"]
+    assert result["session_id"] == f"cli-{run_id}"
+    assert result["agent"] == "codex"
+    assert result["status"] == "succeeded"
+    assert PROOF_FILE in result["patch"]
 
 
 def test_agent_overrunning_its_time_limit_fails_with_the_reason(  # type: ignore[no-untyped-def]
@@ -144,7 +148,9 @@ def test_agent_overrunning_its_time_limit_fails_with_the_reason(  # type: ignore
         time_limit_s=10,
     )
     result = run_session(req, docker_client)
-    assert result.status == "failed" and result.reason and result.reason.startswith("timeout"), result.reason
+    assert result.status == "failed", result.reason
+    assert result.reason, result.reason
+    assert result.reason.startswith("timeout"), result.reason
     assert 9 <= result.timings["agent"] < 20
     assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
 
@@ -166,5 +172,7 @@ def test_agent_out_of_memory_fails_with_the_reason(  # type: ignore[no-untyped-d
         settings=SandboxSettings(memory="32m"),
     )
     result = run_session(req, docker_client)
-    assert result.status == "failed" and result.reason and result.reason.startswith("oom"), result.reason
+    assert result.status == "failed", result.reason
+    assert result.reason, result.reason
+    assert result.reason.startswith("oom"), result.reason
     assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}

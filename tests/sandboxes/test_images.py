@@ -33,7 +33,9 @@ def test_agents_image_holds_the_pinned_clis(docker_client, agents_image: str) ->
     for _, version, _ in AGENT_PACKAGES.values():
         assert version in out, (version, out)
     tools = _run(docker_client, agents_image, "git --version && python3 --version && node --version && id -u")
-    assert "git version" in tools and "Python 3" in tools and tools.strip().endswith("1000")
+    assert "git version" in tools
+    assert "Python 3" in tools
+    assert tools.strip().endswith("1000")
     plugin = _run(
         docker_client, agents_image, "cat ~/.config/opencode/node_modules/@opencode-ai/plugin/package.json"
     )

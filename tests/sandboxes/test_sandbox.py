@@ -59,7 +59,9 @@ def test_no_history_after_the_base_commit(docker_client, agents_image, proxy_ser
             ["sh", "-c", "echo new > added.txt && printf '\\000\\001' > blob.bin && echo x >> README.md"]
         )
         patch = box.patch().decode()
-        assert "added.txt" in patch and "GIT binary patch" in patch and "README.md" in patch
+        assert "added.txt" in patch
+        assert "GIT binary patch" in patch
+        assert "README.md" in patch
     assert leftovers(docker_client, run_id) == NOTHING
 
 
@@ -71,7 +73,8 @@ def test_time_limit_overrun_fails_with_its_reason_and_leaves_nothing(  # type: i
     result = run_session(req, docker_client)
     assert time.monotonic() - started < 20
     assert result.status == "failed"
-    assert result.reason and result.reason.startswith("timeout"), result.reason
+    assert result.reason, result.reason
+    assert result.reason.startswith("timeout"), result.reason
     assert result.transcript == [{"raw": "started"}]
     assert leftovers(docker_client, run_id) == NOTHING
 
@@ -84,7 +87,8 @@ def test_out_of_memory_fails_with_its_reason_and_leaves_nothing(  # type: ignore
     req = _request(repo, proxy_server[0], agents_image, run_id, hog, time_limit_s=60, settings=settings)
     result = run_session(req, docker_client)
     assert result.status == "failed"
-    assert result.reason and result.reason.startswith("oom"), (result.reason, result.stderr)
+    assert result.reason, (result.reason, result.stderr)
+    assert result.reason.startswith("oom"), (result.reason, result.stderr)
     assert leftovers(docker_client, run_id) == NOTHING
 
 
@@ -107,7 +111,8 @@ def test_wall_time_watchdog_kills_the_whole_sandbox(
         time.sleep(4.5)
         assert box.expired
         res = box.exec(["true"])
-        assert res.timed_out and res.exit_code != 0
+        assert res.timed_out
+        assert res.exit_code != 0
     assert leftovers(docker_client, run_id) == NOTHING
 
 
@@ -143,7 +148,9 @@ def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_ser
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     left = leftovers(docker_client, run_id)
-    assert left["containers"] and left["networks"] and left["rules"], "a killed run leaves its sandbox behind"
+    assert left["containers"], "a killed run leaves its sandbox behind"
+    assert left["networks"], "a killed run leaves its sandbox behind"
+    assert left["rules"], "a killed run leaves its sandbox behind"
     # gc leaves a live run alone...
     assert collect(docker_client, run_id="someone-else").containers == []
     out = subprocess.run(
@@ -154,7 +161,8 @@ def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_ser
         check=True,
     ).stdout
     report = json.loads(out)
-    assert report["containers"] == left["containers"] and report["networks"] == left["networks"]
+    assert report["containers"] == left["containers"]
+    assert report["networks"] == left["networks"]
     assert report["rules"] >= len(left["rules"])
     assert leftovers(docker_client, run_id) == NOTHING
 
@@ -195,7 +203,8 @@ def test_gc_spares_a_live_owner(docker_client, agents_image, proxy_server, repo,
     spec = SandboxSpec(run_id, "live-1", path, base, proxy_server[0], agents_image, SandboxSettings())
     with Sandbox(spec, docker_client) as box:
         report = collect(docker_client, run_id=run_id)
-        assert report.containers == [] and report.networks == []
+        assert report.containers == []
+        assert report.networks == []
         assert box.container is not None
         box.container.reload()
         assert box.container.status == "running"

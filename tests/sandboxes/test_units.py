@@ -184,7 +184,8 @@ def test_checkout_tar_holds_the_base_tree_and_no_history(tmp_path: Path) -> None
         assert {m.uid for m in tar.getmembers()} == {1000}
         assert tar.getmember("repo/run.sh").mode & 0o111, "the executable bit survives"
         tar.extractall(tmp_path / "out", filter="tar")
-    assert "repo/a.txt" in names and "repo/future.txt" not in names
+    assert "repo/a.txt" in names
+    assert "repo/future.txt" not in names
     out = tmp_path / "out" / "repo"
     log = subprocess.run(
         ["git", "-c", "safe.directory=*", "-C", str(out), "log", "--all", "--format=%H %s"],
@@ -216,4 +217,5 @@ def test_make_docker_tells_a_non_root_user_what_to_do() -> None:
         timeout=60,
     )
     assert res.returncode == 1
-    assert "Install Docker Engine" in res.stderr and "docker info" in res.stderr
+    assert "Install Docker Engine" in res.stderr
+    assert "docker info" in res.stderr

@@ -22,9 +22,11 @@ def test_local_dry_run_prints_the_accelerate_command_and_runs_nothing(tmp_path: 
     )
     cmd = res["command"]
     assert cmd.startswith("accelerate launch --config_file trainer/configs/accelerate/ddp.yaml")
-    assert "--num_processes 8" in cmd and "-m trainer.train --config trainer/configs/train.yaml" in cmd
+    assert "--num_processes 8" in cmd
+    assert "-m trainer.train --config trainer/configs/train.yaml" in cmd
     assert "--set name=r1" in cmd
-    assert "returncode" not in res and not (tmp_path / "r1").exists()
+    assert "returncode" not in res
+    assert not (tmp_path / "r1").exists()
 
 
 def test_slurm_script_for_two_nodes(tmp_path: Path) -> None:
@@ -36,8 +38,10 @@ def test_slurm_script_for_two_nodes(tmp_path: Path) -> None:
         echo=lambda _: None,
     )
     text = res["text"]
-    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text
-    assert "#SBATCH --signal=B:TERM@120" in text and "#SBATCH --requeue" in text
+    assert "#SBATCH --nodes=2" in text
+    assert "#SBATCH --gpus-per-node=8" in text
+    assert "#SBATCH --signal=B:TERM@120" in text
+    assert "#SBATCH --requeue" in text
     assert (
         "--num_machines 2 --num_processes 16 --machine_rank $SLURM_NODEID --main_process_ip $MASTER_ADDR"
         in text
@@ -56,12 +60,15 @@ def test_k8s_manifest_is_valid_yaml_with_an_indexed_job_for_several_nodes(tmp_pa
     )
     docs = list(yaml.safe_load_all(res["text"]))
     service, job = docs
-    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
-    assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed"
+    assert service["kind"] == "Service"
+    assert service["spec"]["clusterIP"] == "None"
+    assert job["kind"] == "Job"
+    assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
     pod = job["spec"]["template"]["spec"]
     script = pod["containers"][0]["command"][-1]
-    assert "accelerate/fsdp.yaml" in script and "--machine_rank $JOB_COMPLETION_INDEX" in script
+    assert "accelerate/fsdp.yaml" in script
+    assert "--machine_rank $JOB_COMPLETION_INDEX" in script
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "dflash-work"
 
@@ -72,7 +79,8 @@ def test_without_the_cluster_tool_the_script_is_written_and_not_submitted(
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     res = submit(CONFIG, "slurm", overrides=[f"runs_dir={tmp_path}", "name=r4"], echo=lambda _: None)
     path = Path(res["path"])
-    assert path == tmp_path / "r4" / "submit" / "train.sbatch" and path.read_text() == res["text"]
+    assert path == tmp_path / "r4" / "submit" / "train.sbatch"
+    assert path.read_text() == res["text"]
     assert "returncode" not in res
 
 

@@ -68,7 +68,9 @@ def test_config_loads_yaml_and_overrides(tmp_path: Path) -> None:
         yaml.safe_dump({"target": "smollm2", "block_size": 8, "launch": {"nodes": 1, "k8s": {"cpu": "4"}}})
     )
     c = TrainConfig.load(path, ["lr=1e-4", "target_layer_ids=[1, 5]", "launch.nodes=4"])
-    assert c.block_size == 8 and c.lr == 1e-4 and c.target_layer_ids == [1, 5]
+    assert c.block_size == 8
+    assert c.lr == 1e-4
+    assert c.target_layer_ids == [1, 5]
     assert c.launch == {"nodes": 4, "k8s": {"cpu": "4"}}
     with pytest.raises(ValueError, match="unknown config keys"):
         TrainConfig.load(None, ["blocksize=8"])
@@ -84,15 +86,19 @@ def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> No
         assert (run / name).exists(), name
     assert "trainer train" in (run / "command.txt").read_text()
     report = json.loads((run / "data" / "report.json").read_text())
-    assert report["merge"]["sequences"] == 5 and report["merge"]["reduction"] > 1.0
-    assert report["split"]["eval"]["sequences"] > 0 and report["split"]["train"]["sequences"] > 0
+    assert report["merge"]["sequences"] == 5
+    assert report["merge"]["reduction"] > 1.0
+    assert report["split"]["eval"]["sequences"] > 0
+    assert report["split"]["train"]["sequences"] > 0
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert metrics and len(metrics[-1]["acc"]) == 3
+    assert metrics
+    assert len(metrics[-1]["acc"]) == 3
     assert latest_checkpoint(run) is not None
 
     result = evaluate(run, target=target, progress=False)
     assert result["lossless"] is True
-    assert result["tau"] >= 1.0 and result["n_prompts"] == 2
+    assert result["tau"] >= 1.0
+    assert result["n_prompts"] == 2
     assert len(result["per_position_acceptance"]) == 3
     assert set(result["tau_by_agent"]) <= {"claude-code", "codex"}
     on_disk = json.loads((run / "eval.json").read_text())
@@ -104,7 +110,8 @@ def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> No
     config = json.loads((out / "config.json").read_text())
     for key in REQUIRED_KEYS:
         assert key in config
-    assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
+    assert config["architectures"] == ["DFlashDraftModel"]
+    assert config["model_type"] == "qwen3"
     assert config["dflash_config"]["mask_token_id"] == MASK
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         names = set(f.keys())
@@ -120,7 +127,8 @@ def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> No
     from trainer.dflash.model import DFlashDraftModel
 
     trained, back = DFlashDraftModel.load(run / "drafter"), DFlashDraftModel.load(out)
-    assert back.target_layer_ids == trained.target_layer_ids and back.block_size == trained.block_size
+    assert back.target_layer_ids == trained.target_layer_ids
+    assert back.block_size == trained.block_size
     for name, w in trained.state_dict().items():
         assert torch.allclose(back.state_dict()[name], w.to(torch.bfloat16).float()), name
 

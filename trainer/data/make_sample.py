@@ -29,6 +29,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from records import SCHEMA
+from standin import load_target
+from standin.engine import Engine, SamplingParams
+from wire import (
+    anthropic_to_chat_request,
+    chat_to_anthropic_message,
+    chat_to_anthropic_request,
+    chat_to_responses_request,
+    chat_to_responses_response,
+    responses_to_chat_request,
+)
+
 SAMPLE_DIR = Path(__file__).parent / "sample"
 
 TOOLS = [
@@ -148,13 +160,6 @@ def _session(rng: random.Random, i: int) -> dict[str, Any]:
 
 def _api_request(agent: str, chat: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(api, the body the agent sends, the Chat body the proxy sends upstream when it translates)."""
-    from proxy.translate import (
-        anthropic_to_chat_request,
-        chat_to_anthropic_request,
-        chat_to_responses_request,
-        responses_to_chat_request,
-    )
-
     if agent == "claude-code":
         body = chat_to_anthropic_request(chat)
         return "anthropic_messages", body, anthropic_to_chat_request(body, return_token_ids=True).request
@@ -165,8 +170,6 @@ def _api_request(agent: str, chat: dict[str, Any]) -> tuple[str, dict[str, Any],
 
 
 def _api_response(api: str, chat_response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    from proxy.translate import chat_to_anthropic_message, chat_to_responses_response
-
     if api == "anthropic_messages":
         return chat_to_anthropic_message(chat_response, request)
     if api == "openai_responses":
@@ -175,9 +178,6 @@ def _api_response(api: str, chat_response: dict[str, Any], request: dict[str, An
 
 
 def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
-    from trainer.target import load_target
-    from trainer.target.engine import Engine, SamplingParams
-
     target = load_target(target_name)
     engine = Engine(target)
     rng = random.Random(seed)
@@ -248,7 +248,7 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
                     "finish_reason": finish,
                     "translated": upstream is not None,
                     "repo": s["repo"],
-                    "language": s["language"],
+                    "lang": s["language"],
                 }
             )
             clock += 30.0
@@ -313,9 +313,6 @@ CHAT_PROMPTS = [
 
 def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
     """Single-turn general chat (no tools, no code): the comparison set for benchmarks/drafter_tau.py."""
-    from trainer.target import load_target
-    from trainer.target.engine import Engine, SamplingParams
-
     target = load_target(target_name)
     engine = Engine(target)
     rng = random.Random(seed)
@@ -364,7 +361,7 @@ def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) ->
                 "finish_reason": finish,
                 "translated": False,
                 "repo": None,
-                "language": "ko" if any("\uac00" <= ch <= "\ud7a3" for ch in question) else "en",
+                "lang": "ko" if any("\uac00" <= ch <= "\ud7a3" for ch in question) else "en",
             }
         )
         clock += 10.0
@@ -373,9 +370,7 @@ def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) ->
 
 
 def write(rows: list[dict[str, Any]], out: Path) -> Path:
-    from proxy.parquet import SCHEMA
-
-    schema = SCHEMA.append(pa.field("repo", pa.string())).append(pa.field("language", pa.string()))
+    schema = SCHEMA.append(pa.field("repo", pa.string())).append(pa.field("lang", pa.string()))
     for r in rows:
         for k in ("started_at", "finished_at"):
             r[k] = datetime.fromtimestamp(r[k], tz=UTC)

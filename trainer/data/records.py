@@ -21,34 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.dataset as pads
 
-from trainer.target.model import Target
+from wire import anthropic_to_chat_request, responses_to_chat_request
+from records.io import calls_dir, parquet_files, read_batches
+from records.schema import COLUMNS as RECORD_COLUMNS
+from standin.model import Target
 
 # Columns read from the call records (the proxy's Parquet, or the factory's exported dataset).
 COLUMNS = (
-    "call_id",
-    "session_id",
-    "agent",
-    "api",
-    "model",
-    "status_code",
-    "outcome",
-    "tag",
-    "request_json",
-    "upstream_request_json",
-    "response_json",
-    "prompt_tokens",
-    "completion_tokens",
-    "prompt_token_ids",
-    "completion_token_ids",
-    "finish_reason",
-    "translated",
-    "started_at",
+    *(c for c in RECORD_COLUMNS if c not in ("stream_raw_zstd", "user_agent", "dropped_fields")),
     "repo",
-    "language",
-    "lang",  # the factory's export calls it so
+    "lang",
 )
 STOPPED = {"stop", "end_turn", "tool_use", "tool_calls", "stop_sequence", "completed", "eos", "pause_turn"}
 TRUNCATED = {"length", "max_tokens", "max_output_tokens", "incomplete", "model_context_window_exceeded"}
@@ -97,35 +80,6 @@ class Excluded(Exception):
     """A row that does not become training data, and why (a short, countable reason)."""
 
 
-def calls_dir(path: str | Path) -> Path:
-    """Where the call records under ``path`` are: an exported dataset's ``calls`` config
-    (``[dataset/]data/calls/``), the proxy's ``calls/``, or ``path`` itself (a file or a directory)."""
-    p = Path(path)
-    for sub in ("dataset/data/calls", "data/calls", "calls"):
-        if (p / sub).is_dir():
-            return p / sub
-    return p
-
-
-def parquet_files(path: str | Path) -> list[Path]:
-    """Every Parquet file of the call records under ``path`` (see :func:`calls_dir`), hidden ones skipped."""
-    p = calls_dir(path)
-    if p.is_file():
-        return [p]
-    files = (
-        sorted(
-            f
-            for f in p.rglob("*.parquet")
-            if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
-        )
-        if p.is_dir()
-        else []
-    )
-    if not files:
-        raise FileNotFoundError(f"no Parquet call records under {path}")
-    return files
-
-
 def split_hint(path: Path) -> str | None:
     """The Hugging Face split a file belongs to (``test-00000-of-00001.parquet`` -> 'eval'), if named so."""
     head = path.name.split("-", 1)[0]
@@ -134,14 +88,11 @@ def split_hint(path: Path) -> str | None:
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
     """Rows of the call records as dicts (only the columns the trainer uses; missing ones are None)."""
-    for f in parquet_files(path):
-        ds = pads.dataset(str(f), format="parquet")
-        cols = [c for c in COLUMNS if c in ds.schema.names]
+    for f, table in read_batches(path, COLUMNS, batch_size=256):
         hint = split_hint(f)
-        for batch in ds.to_batches(columns=cols, batch_size=256):
-            for row in pa.Table.from_batches([batch]).to_pylist():
-                row["split_hint"] = hint
-                yield row
+        for row in table.to_pylist():
+            row["split_hint"] = hint
+            yield row
 
 
 def _json(text: Any) -> Any:
@@ -164,8 +115,8 @@ def _ts(value: Any) -> float:
 
 
 def detect_language(row: Mapping[str, Any]) -> str:
-    if row.get("language") or row.get("lang"):
-        return str(row.get("language") or row.get("lang"))
+    if row.get("lang"):
+        return str(row["lang"])
     raw = str(row.get("request_json") or "")
     if not _HANGUL.search(raw) and "\\u" in raw:  # JSON may escape non-ASCII
         with contextlib.suppress(ValueError):
@@ -205,8 +156,6 @@ def _chat_request(row: Mapping[str, Any], response: Mapping[str, Any] | None) ->
             chat["messages"] = [*chat.get("messages", []), _chat_assistant(response, api)]
         return chat
     if api == "anthropic_messages":
-        from proxy.translate import anthropic_to_chat_request
-
         body = dict(req)
         if response is not None:
             body["messages"] = [
@@ -215,8 +164,6 @@ def _chat_request(row: Mapping[str, Any], response: Mapping[str, Any] | None) ->
             ]
         return dict(anthropic_to_chat_request(body).request)
     if api == "openai_responses":
-        from proxy.translate import responses_to_chat_request
-
         body = dict(req)
         if response is not None:
             items = body.get("input")

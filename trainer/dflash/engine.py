@@ -1,6 +1,6 @@
 """Speculative decoding of the in-process target with a DFlash drafter, as a decoding strategy.
 
-It plugs into ``trainer.target.engine.Engine`` (which owns stop tokens and ``max_tokens``), so the
+It plugs into ``standin.engine.Engine`` (which owns stop tokens and ``max_tokens``), so the
 evaluation, the lossless check and ``serve-target --draft`` all run exactly the same code.
 
 One step: the block is [last accepted token, mask x (B-1)] at positions start..start+B-1; the drafter,
@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from standin.engine import Engine, Sampler, SpecDecodeStats
+from standin.model import Target
 from trainer.dflash.model import DFlashDraftModel, DraftCache
-from trainer.target.engine import Sampler, SpecDecodeStats
-from trainer.target.model import Target
 
 
 def _weight(module: torch.nn.Module) -> torch.Tensor:
@@ -167,8 +167,7 @@ def check_compatible(drafter: DFlashDraftModel, target: Target) -> None:
 
 
 def engine_factory(draft_dir: str | Path, block_size: int | None = None):  # type: ignore[no-untyped-def]
-    """For ``trainer.target.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash."""
-    from trainer.target.engine import Engine
+    """For ``standin.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash."""
 
     def make(target: Target) -> Engine:
         drafter = DFlashDraftModel.load(draft_dir)

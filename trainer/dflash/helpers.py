@@ -3,7 +3,8 @@
 Everything here is a plain function of tensors (no modules, no state), so each DFlash convention that
 silently costs acceptance when it is off by one has one place to live and one unit test:
 
-- tap id k is the OUTPUT of target decoder layer k, i.e. Hugging Face ``hidden_states[k + 1]``;
+- tap id k is the OUTPUT of target decoder layer k, i.e. Hugging Face ``hidden_states[k + 1]``
+  (``standin.taps`` owns that convention);
 - a block anchored at position ``a`` holds the anchor token ``ids[a]`` in slot 0 and the mask token in
   slots 1..B-1, at positions ``a .. a+B-1``; slot k is trained to predict ``ids[a + k]`` (no shift);
 - the block sees target context at positions strictly before ``a`` (``<``, never ``<=``) and its own
@@ -15,33 +16,12 @@ from __future__ import annotations
 
 import torch
 
+from standin.taps import default_target_layer_ids
+
+__all__ = ["default_target_layer_ids"]  # the tap convention is the target's; re-exported for callers here
+
 # gamma of the exponential position decay used by the DFlash paper for its block sizes.
 _PAPER_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}
-
-
-def default_target_layer_ids(num_target_layers: int, num_taps: int) -> list[int]:
-    """Tap ids spread evenly from 1 to n-3 (Qwen3-8B, 36 layers, 5 taps: [1, 9, 17, 25, 33]).
-
-    One tap sits in the middle. Ids never reach the last layer: vLLM captures tap k as the input of layer
-    k+1, which the last layer does not have (and Hugging Face's last hidden state is post-final-norm). For
-    very shallow (test) targets the range is widened to 0..n-2.
-    """
-    n = num_target_layers
-    if n < 2:
-        raise ValueError(f"the target needs at least 2 layers to tap, has {n}")
-    if num_taps < 1:
-        raise ValueError("num_taps must be at least 1")
-    last = n - 2  # highest id whose feature is pre-final-norm
-    if num_taps == 1:
-        return [min(n // 2, last)]
-    start, end = 1, n - 3
-    if end - start + 1 < num_taps:
-        start, end = 0, last
-    if end - start + 1 < num_taps:
-        raise ValueError(f"cannot pick {num_taps} distinct taps from a {n}-layer target")
-    span = end - start
-    # Python's round(), as the reference spread uses (so .5 cases round to even exactly as it does)
-    return [round(start + i * span / (num_taps - 1)) for i in range(num_taps)]
 
 
 def default_gamma(block_size: int) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from trainer.data.records import Excluded, empty_think_prefix, load_examples, to_example
-from trainer.target import Target, load_target
+from standin import Target, load_target
 
 TOOLS = [
     {
@@ -220,7 +220,7 @@ def test_language_comes_from_the_row_or_the_text(tiny: Target) -> None:
     row["prompt_tokens"] = len(tiny.render(ko, TOOLS))
     assert to_example(tiny, row).language == "ko"
     assert to_example(tiny, chat_row(tiny)).language == "en"
-    assert to_example(tiny, chat_row(tiny, language="ko")).language == "ko"
+    assert to_example(tiny, chat_row(tiny, lang="ko")).language == "ko"
 
 
 def test_the_mask_never_covers_the_prompt_or_its_scaffolding(tiny: Target) -> None:

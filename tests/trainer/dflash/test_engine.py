@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from standin.engine import Engine, SamplingParams
 from tests.trainer.dflash.tiny import MASK, greedy, tiny_drafter, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash.engine import DFlashSpeculative, _rejection
 from trainer.dflash.objective import dflash_loss
-from trainer.target.engine import Engine, SamplingParams
 
 
 def _spec(target, drafter, prompt, n):  # type: ignore[no-untyped-def]
@@ -27,7 +27,8 @@ def test_untrained_drafter_is_still_lossless() -> None:
         prompt = torch.randint(1, 200, (n_prompt,), generator=g).tolist()
         out, per_step, stats = _spec(target, drafter, prompt, 20)
         assert out == greedy(target, prompt, 20)
-        assert stats.num_drafts == len(per_step) and stats.num_draft_tokens == 5 * stats.num_drafts
+        assert stats.num_drafts == len(per_step)
+        assert stats.num_draft_tokens == 5 * stats.num_drafts
 
 
 def test_lossless_when_drafts_are_right() -> None:
@@ -54,7 +55,8 @@ def test_lossless_when_drafts_are_right() -> None:
     out = [t for s in Engine(target, strategy).steps(prompt, params) for t in s.token_ids]
     assert out == truth
     stats = strategy.spec_stats
-    assert stats is not None and stats.accepted_per_pos[0] == stats.num_drafts
+    assert stats is not None
+    assert stats.accepted_per_pos[0] == stats.num_drafts
     assert stats.num_accepted_tokens > 2 * stats.num_drafts
 
 
@@ -78,7 +80,8 @@ def test_sampling_mode_runs_and_is_seeded() -> None:
         [t for s in Engine(target, DFlashSpeculative(drafter)).steps([1, 2, 3], params) for t in s.token_ids]
         for _ in range(2)
     ]
-    assert runs[0] == runs[1] and len(runs[0]) == 20
+    assert runs[0] == runs[1]
+    assert len(runs[0]) == 20
 
 
 @pytest.mark.slow
@@ -157,4 +160,5 @@ def test_the_objective_is_the_weighted_mean_cross_entropy_of_valid_slots() -> No
                 num += float(w[k] * ce)
                 den += float(w[k])
     assert float(out.loss) == pytest.approx(num / den, rel=1e-4)
-    assert int(out.total.sum()) == int(valid.sum()) and out.n_labels == int(valid.sum())
+    assert int(out.total.sum()) == int(valid.sum())
+    assert out.n_labels == int(valid.sum())

@@ -17,21 +17,24 @@ def test_tap_ids_match_the_reference_spread() -> None:
     assert H.default_target_layer_ids(30, 5) == [1, 8, 14, 20, 27]  # round() halves to even, as the reference
 
 
-@pytest.mark.parametrize("n,k", [(2, 1), (3, 2), (4, 2), (4, 3), (5, 3), (6, 2), (28, 5), (64, 8)])
+@pytest.mark.parametrize(("n", "k"), [(2, 1), (3, 2), (4, 2), (4, 3), (5, 3), (6, 2), (28, 5), (64, 8)])
 def test_tap_ids_never_reach_the_last_layer(n: int, k: int) -> None:
     ids = H.default_target_layer_ids(n, k)
     assert len(set(ids)) == k
     assert ids == sorted(ids)
-    assert min(ids) >= 0 and max(ids) <= n - 2  # vLLM taps id k as the input of layer k+1
+    assert min(ids) >= 0
+    assert max(ids) <= n - 2
 
 
 def test_tap_ids_refuse_impossible_requests() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cannot pick"):
         H.default_target_layer_ids(3, 3)
 
 
 def test_gamma_and_loss_weights() -> None:
-    assert H.default_gamma(16) == 7 and H.default_gamma(10) == 5 and H.default_gamma(8) == 4
+    assert H.default_gamma(16) == 7
+    assert H.default_gamma(10) == 5
+    assert H.default_gamma(8) == 4
     w = H.loss_weights(16, 7.0)
     assert w.shape == (16,)
     assert w[0] == 0  # slot 0 is the given anchor, never a label
@@ -54,7 +57,8 @@ def test_sample_anchors_is_a_sorted_subset_and_reproducible() -> None:
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     a1, a2 = H.sample_anchors(mask, 16, g1), H.sample_anchors(mask, 16, g2)
     assert torch.equal(a1, a2)
-    assert a1.numel() == 16 and torch.all(a1[1:] > a1[:-1])
+    assert a1.numel() == 16
+    assert torch.all(a1[1:] > a1[:-1])
     assert torch.all(H.anchor_candidates(mask)[a1])
     assert H.sample_anchors(mask, 1000).numel() == 99  # all candidates when fewer than asked
 
@@ -117,4 +121,5 @@ def test_per_position_accuracy_counts_valid_slots_only() -> None:
     pred = torch.tensor([[0, 1, 0, 3], [0, 1, 5, 0]])
     valid = torch.tensor([[False, True, True, True], [False, True, True, False]])
     correct, total = H.per_position_accuracy(pred, labels, valid)
-    assert correct.tolist() == [2, 1, 1] and total.tolist() == [2, 2, 1]
+    assert correct.tolist() == [2, 1, 1]
+    assert total.tolist() == [2, 2, 1]

@@ -99,7 +99,8 @@ def test_tap_convention_is_the_output_of_decoder_layer_k() -> None:
     cache = target.new_cache()
     ids2 = [1, 3]
     fwd = target.forward(ids, cache, layer_ids=ids2).taps
-    assert fwd is not None and torch.allclose(fwd, target.tap(ids, ids2), atol=1e-5)
+    assert fwd is not None
+    assert torch.allclose(fwd, target.tap(ids, ids2), atol=1e-5)
 
 
 def test_rope_matches_the_target() -> None:
@@ -109,7 +110,8 @@ def test_rope_matches_the_target() -> None:
     pos = torch.tensor([[0, 3, 17, 400, 1000]])
     cos_t, sin_t = target.model.model.rotary_emb(x, pos)
     cos_d, sin_d = drafter.rope(x, pos)
-    assert torch.allclose(cos_t, cos_d) and torch.allclose(sin_t, sin_d)
+    assert torch.allclose(cos_t, cos_d)
+    assert torch.allclose(sin_t, sin_d)
     q = torch.randn(1, 4, 5, cos_t.shape[-1])
     k = torch.randn(1, 2, 5, cos_t.shape[-1])
     q_ref, k_ref = apply_rotary_pos_emb(q, k, cos_t, sin_t)  # the target's own (neox / rotate_half)
@@ -212,14 +214,15 @@ def test_mask_token_choice() -> None:
         add_special_tokens=lambda d: registered.update(d),
     )
     mid, how = resolve_mask_token(smol, 50)
-    assert mid == 4 and registered == {"mask_token": "<y>"}, how
+    assert mid == 4, how
+    assert registered == {"mask_token": "<y>"}, how
 
 
 def test_model_refuses_a_tap_past_the_last_usable_layer() -> None:
     from trainer.dflash.config import make_draft_config
 
     target = tiny_target()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="out of range"):
         make_draft_config(
             target.model.config, num_hidden_layers=1, block_size=4, mask_token_id=MASK, target_layer_ids=[5]
         )

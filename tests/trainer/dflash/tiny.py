@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from standin.model import Target
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.model import DFlashDraftModel
-from trainer.target.model import Target
 
 VOCAB = 256
 MASK = VOCAB - 1
@@ -103,7 +103,7 @@ def write_calls(target: Target, path, sessions: int = 4, calls: int = 2, new_tok
 
 def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
     """The target's greedy continuation of ``prompt`` (plain decoding), EOS ignored: data for overfitting."""
-    from trainer.target.engine import Engine, SamplingParams
+    from standin.engine import Engine, SamplingParams
 
     params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
     return [t for step in Engine(target).steps(prompt, params) for t in step.token_ids]

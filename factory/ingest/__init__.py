@@ -1,0 +1,1 @@
+"""Ingest: the repository registry, GitHub issues, the bundled sample issues, and EN→KO translation."""

@@ -1,0 +1,252 @@
+"""The session queue in the database: claims with expiring leases, heartbeats, results, retries.
+
+A claim is one transaction: pick the next claimable session (`pending` and due, or `running` with an
+expired lease: its worker died) with ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL (SQLite has no
+row locks; there every write transaction is ``BEGIN IMMEDIATE``, which serialises claims), then mark it
+``running`` under this worker's lease. Results are written only while the lease is still this worker's,
+and only ``pending``/``running`` sessions are ever claimed, so a finished session never runs again."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from dataclasses import dataclass
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+from factory.db import Issue, Repo, Session, Translation, utcnow
+from records import attempt_id
+
+
+def owner_id(worker: int | str) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{worker}"
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: str
+    proxy_session_id: str
+    attempt: int
+    agent: str
+    lang: str
+    repo_name: str
+    repo_language: str
+    clone_url: str
+    setup_hint: str | None
+    base_commit: str
+    issue_number: int
+    title: str
+    body: str
+
+
+def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
+    return or_(
+        and_(Session.status == "pending", Session.not_before <= now),
+        and_(Session.status == "running", Session.lease_expires_at < now),
+    )
+
+
+def claim(
+    sessions: sessionmaker[OrmSession], owner: str, *, lease_s: float, max_attempts: int
+) -> Claimed | None:
+    """Claim the next session, or None when nothing is claimable now."""
+    while True:
+        now = utcnow()
+        with sessions.begin() as s:
+            row = s.execute(
+                select(Session)
+                .where(_claimable(now))
+                .order_by(Session.priority)
+                .limit(1)
+                .with_for_update(skip_locked=True)
+            ).scalar_one_or_none()
+            if row is None:
+                return None
+            if row.attempts >= max_attempts:
+                # Its workers kept dying (lease expired every time): give up on it.
+                row.status, row.lease_owner, row.lease_expires_at = "failed", None, None
+                row.error = (row.error or "") + f"\nabandoned after {row.attempts} attempts (lease expired)"
+                row.finished_at = now
+                continue
+            row.attempts += 1
+            row.status = "running"
+            row.lease_owner = owner
+            row.lease_expires_at = now + dt.timedelta(seconds=lease_s)
+            row.proxy_session_id = attempt_id(row.id, row.attempts)
+            row.started_at = now
+            issue = s.get_one(Issue, row.issue_id)
+            repo = s.get_one(Repo, issue.repo_id)
+            title, body = issue.title, issue.body
+            if row.lang != "en":
+                t = s.scalar(
+                    select(Translation).where(
+                        Translation.issue_id == issue.id,
+                        Translation.lang == row.lang,
+                        Translation.status == "ok",
+                    )
+                )
+                if t is None or t.title is None or t.body is None:
+                    row.status, row.error, row.finished_at = (
+                        "failed",
+                        f"no accepted {row.lang} translation",
+                        now,
+                    )
+                    continue
+                title, body = t.title, t.body
+            return Claimed(
+                id=row.id,
+                proxy_session_id=row.proxy_session_id,
+                attempt=row.attempts,
+                agent=row.agent,
+                lang=row.lang,
+                repo_name=repo.name,
+                repo_language=repo.language,
+                clone_url=repo.clone_url,
+                setup_hint=repo.setup_hint,
+                base_commit=issue.base_commit or "",
+                issue_number=issue.number,
+                title=title,
+                body=body,
+            )
+
+
+def renew(sessions: sessionmaker[OrmSession], owner: str, ids: list[str], *, lease_s: float) -> int:
+    if not ids:
+        return 0
+    with sessions.begin() as s:
+        res = s.execute(
+            update(Session)
+            .where(Session.id.in_(ids), Session.lease_owner == owner, Session.status == "running")
+            .values(lease_expires_at=utcnow() + dt.timedelta(seconds=lease_s))
+        )
+        return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def finish(
+    sessions: sessionmaker[OrmSession],
+    claimed: Claimed,
+    owner: str,
+    *,
+    exit_status: int | None,
+    patch: str,
+    transcript_path: str | None,
+    agent_session_id: str | None,
+    error: str | None,
+    started_at: dt.datetime,
+    finished_at: dt.datetime,
+) -> bool:
+    """Store the result; False when the lease was lost meanwhile (the result is then dropped)."""
+    with sessions.begin() as s:
+        res = s.execute(
+            update(Session)
+            .where(Session.id == claimed.id, Session.lease_owner == owner, Session.status == "running")
+            .values(
+                status="done",
+                lease_owner=None,
+                lease_expires_at=None,
+                exit_status=exit_status,
+                patch=patch,
+                transcript_path=transcript_path,
+                agent_session_id=agent_session_id,
+                error=error,
+                started_at=started_at,
+                finished_at=finished_at,
+                duration_s=(finished_at - started_at).total_seconds(),
+            )
+        )
+        return bool(res.rowcount)  # type: ignore[attr-defined]
+
+
+def retry_later(
+    sessions: sessionmaker[OrmSession],
+    claimed: Claimed,
+    owner: str,
+    error: str,
+    *,
+    max_attempts: int,
+    backoff_s: float,
+    backoff_max_s: float = 900.0,
+) -> str:
+    """An infrastructure failure: back to `pending` after an exponential backoff, or `failed` once
+    the attempts are spent. Returns the new status ('' when the lease was lost)."""
+    delay = min(backoff_max_s, backoff_s * 2 ** (claimed.attempt - 1))
+    now = utcnow()
+    final = claimed.attempt >= max_attempts
+    with sessions.begin() as s:
+        res = s.execute(
+            update(Session)
+            .where(Session.id == claimed.id, Session.lease_owner == owner, Session.status == "running")
+            .values(
+                status="failed" if final else "pending",
+                lease_owner=None,
+                lease_expires_at=None,
+                not_before=now + dt.timedelta(seconds=delay),
+                error=f"attempt {claimed.attempt}: {error}"[:4000],
+                finished_at=now if final else None,
+            )
+        )
+        if not res.rowcount:  # type: ignore[attr-defined]
+            return ""
+    return "failed" if final else "pending"
+
+
+def release(sessions: sessionmaker[OrmSession], ids: list[str], owner: str) -> int:
+    """Give leases back (a clean stop): the sessions become claimable at once, the attempt uncounted."""
+    if not ids:
+        return 0
+    with sessions.begin() as s:
+        res = s.execute(
+            update(Session)
+            .where(Session.id.in_(ids), Session.lease_owner == owner, Session.status == "running")
+            .values(status="pending", lease_owner=None, lease_expires_at=None, attempts=Session.attempts - 1)
+        )
+        return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def reclaim_dead_local(sessions: sessionmaker[OrmSession]) -> int:
+    """Expire at once the leases held by processes of this host that no longer exist (a killed
+    runner), so a restart resumes immediately instead of waiting for the leases to run out."""
+    host = socket.gethostname()
+    with sessions.begin() as s:
+        rows = s.execute(
+            select(Session.id, Session.lease_owner).where(
+                Session.status == "running", Session.lease_owner.like(f"{host}:%")
+            )
+        ).all()
+        dead = []
+        for sid, owner in rows:
+            try:
+                pid = int((owner or "").split(":")[1])
+            except (IndexError, ValueError):
+                continue
+            if pid != os.getpid() and not _alive(pid):
+                dead.append(sid)
+        if dead:
+            s.execute(
+                update(Session)
+                .where(Session.id.in_(dead))
+                .values(lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+            )
+        return len(dead)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def counts(sessions: sessionmaker[OrmSession]) -> dict[str, int]:
+    from sqlalchemy import func
+
+    with sessions() as s:
+        return {
+            k: int(v) for k, v in s.execute(select(Session.status, func.count()).group_by(Session.status))
+        }

@@ -1,0 +1,259 @@
+"""N concurrent workers that claim sessions from the database and run them.
+
+Each worker: claim (lease) → materialise the repository → build the task → ``SessionRunner.run`` →
+store the result under the lease. Infrastructure failures go back to the queue with exponential
+backoff. A heartbeat renews the leases of sessions in flight. Killing the process at any moment
+loses nothing: its leases expire (on this host at once, on the next start) and those sessions run
+again; a finished session is never claimed again."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import zstandard
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+from factory.db import utcnow
+from factory.run import queue
+from factory.run.repocache import RepoCache
+from factory.run.runner_types import InfraError, SessionOutcome, SessionRunner, SessionSpec
+from factory.run.tasks import build_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunConfig:
+    proxy_url: str
+    data_dir: Path
+    concurrency: int = 2
+    limit: int | None = None  # sessions this invocation may claim
+    lease_s: float = 300.0
+    max_attempts: int = 3
+    backoff_s: float = 30.0
+    poll_s: float = 2.0
+    wait_for_others: bool = False  # keep polling while other workers hold running sessions
+
+
+@dataclass
+class RunStats:
+    started: float = field(default_factory=time.monotonic)
+    claimed: int = 0
+    done: int = 0  # finished by this process
+    agent_failed: int = 0  # finished, with the agent failing (exit status != 0, timeout…)
+    infra_retries: int = 0
+    infra_failed: int = 0
+    lost_leases: int = 0
+    in_flight: set[str] = field(default_factory=set)
+
+    def rate_per_hour(self) -> float:
+        hours = max(1e-9, (time.monotonic() - self.started) / 3600)
+        return self.done / hours
+
+
+def write_transcript(data_dir: Path, session_id: str, events: list[dict[str, object]]) -> str:
+    path = data_dir / "transcripts" / session_id[:2] / f"{session_id}.jsonl.zst"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(zstandard.ZstdCompressor(level=6).compress(raw))
+    tmp.replace(path)
+    return str(path)
+
+
+def proxy_records_written(proxy_url: str) -> int | None:
+    """`dflash_proxy_records_written` from the proxy's /metrics (calls made durable)."""
+    try:
+        r = httpx.get(proxy_url.rstrip("/") + "/metrics", timeout=2)
+        m = re.search(r"^dflash_proxy_records_written(?:\{[^}]*\})?\s+([0-9.e+]+)", r.text, re.M)
+        return int(float(m.group(1))) if m else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+class Runner:
+    def __init__(
+        self,
+        sessions: sessionmaker[OrmSession],
+        session_runner: SessionRunner,
+        cfg: RunConfig,
+        *,
+        repos: RepoCache | None = None,
+        worker_prefix: str = "w",
+    ) -> None:
+        self.sessions = sessions
+        self.session_runner = session_runner
+        self.cfg = cfg
+        self.repos = repos or RepoCache(cfg.data_dir / "repos")
+        self.stats = RunStats()
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._owners = [queue.owner_id(f"{worker_prefix}{i}") for i in range(cfg.concurrency)]
+
+    # -- workers --------------------------------------------------------------------------------
+    def _take_slot(self) -> bool:
+        with self._lock:
+            if self.cfg.limit is not None and self.stats.claimed >= self.cfg.limit:
+                return False
+            self.stats.claimed += 1
+            return True
+
+    def _give_slot(self) -> None:
+        with self._lock:
+            self.stats.claimed -= 1
+
+    def _nothing_left(self) -> bool:
+        c = queue.counts(self.sessions)
+        if c.get("pending", 0):
+            return False
+        return not (self.cfg.wait_for_others and c.get("running", 0))
+
+    def _worker(self, owner: str) -> None:
+        while not self.stop.is_set():
+            if not self._take_slot():
+                return
+            claimed = queue.claim(
+                self.sessions, owner, lease_s=self.cfg.lease_s, max_attempts=self.cfg.max_attempts
+            )
+            if claimed is None:
+                self._give_slot()
+                if self._nothing_left():
+                    return
+                self.stop.wait(self.cfg.poll_s)
+                continue
+            with self._lock:
+                self.stats.in_flight.add(claimed.id)
+            try:
+                self._run_one(claimed, owner)
+            finally:
+                with self._lock:
+                    self.stats.in_flight.discard(claimed.id)
+
+    def _run_one(self, c: queue.Claimed, owner: str) -> None:
+        started = utcnow()
+        try:
+            if not c.base_commit:
+                raise InfraError("issue has no base commit")
+            repo_path = self.repos.get(c.repo_name, c.clone_url, c.base_commit)
+            spec = SessionSpec(
+                session_id=c.id,
+                proxy_session_id=c.proxy_session_id,
+                attempt=c.attempt,
+                agent=c.agent,
+                lang=c.lang,
+                repo_name=c.repo_name,
+                repo_path=repo_path,
+                base_commit=c.base_commit,
+                task=build_task(
+                    lang=c.lang,
+                    repo=c.repo_name,
+                    language=c.repo_language,
+                    setup_hint=c.setup_hint,
+                    number=c.issue_number,
+                    title=c.title,
+                    body=c.body,
+                ),
+                proxy_url=self.cfg.proxy_url,
+            )
+            outcome: SessionOutcome = self.session_runner.run(spec)
+        except Exception as exc:  # every failure outside the agent's own run is infrastructure
+            detail = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, InfraError):
+                detail += "\n" + "".join(traceback.format_exception(exc)[-3:])
+            status = queue.retry_later(
+                self.sessions,
+                c,
+                owner,
+                detail,
+                max_attempts=self.cfg.max_attempts,
+                backoff_s=self.cfg.backoff_s,
+            )
+            with self._lock:
+                if status == "failed":
+                    self.stats.infra_failed += 1
+                elif status == "pending":
+                    self.stats.infra_retries += 1
+                else:
+                    self.stats.lost_leases += 1
+            log.warning("session %s attempt %d: %s -> %s", c.id, c.attempt, detail.splitlines()[0], status)
+            return
+        transcript = write_transcript(self.cfg.data_dir, c.proxy_session_id, outcome.transcript)
+        ok = queue.finish(
+            self.sessions,
+            c,
+            owner,
+            exit_status=outcome.exit_status,
+            patch=outcome.patch,
+            transcript_path=transcript,
+            agent_session_id=outcome.agent_session_id,
+            error=outcome.error,
+            started_at=started,
+            finished_at=utcnow(),
+        )
+        with self._lock:
+            if not ok:
+                self.stats.lost_leases += 1
+            else:
+                self.stats.done += 1
+                if outcome.error or outcome.exit_status not in (0, None):
+                    self.stats.agent_failed += 1
+
+    def _heartbeat(self) -> None:
+        interval = max(0.5, self.cfg.lease_s / 3)
+        while not self.stop.wait(interval):
+            with self._lock:
+                ids = list(self.stats.in_flight)
+            for owner in self._owners:
+                try:
+                    queue.renew(self.sessions, owner, ids, lease_s=self.cfg.lease_s)
+                except Exception as exc:  # the database may be briefly unreachable
+                    log.warning("lease renewal failed: %s", exc)
+
+    # -- entry ----------------------------------------------------------------------------------
+    def run(self, on_tick: Callable[[Runner], None] | None = None, tick_s: float = 1.0) -> RunStats:
+        reclaimed = queue.reclaim_dead_local(self.sessions)
+        if reclaimed:
+            log.warning("resuming %d session(s) left running by a killed runner on this host", reclaimed)
+        threads = [threading.Thread(target=self._worker, args=(o,), daemon=True) for o in self._owners]
+        hb = threading.Thread(target=self._heartbeat, daemon=True)
+        for t in threads:
+            t.start()
+        hb.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                if on_tick:
+                    on_tick(self)
+                for t in threads:
+                    t.join(timeout=tick_s / max(1, len(threads)))
+        except KeyboardInterrupt:
+            # First Ctrl-C: stop claiming and give back the leases of what is in flight; the sandboxes
+            # are torn down by their context managers as the daemon threads die with the process.
+            self.stop.set()
+            with self._lock:
+                ids = list(self.stats.in_flight)
+            for owner in self._owners:
+                queue.release(self.sessions, ids, owner)
+            raise
+        finally:
+            self.stop.set()
+            hb.join(timeout=5)
+        if on_tick:
+            on_tick(self)
+        return self.stats
+
+
+def eta(remaining: int, rate_per_hour: float) -> dt.timedelta | None:
+    if rate_per_hour <= 0:
+        return None
+    return dt.timedelta(seconds=round(remaining / rate_per_hour * 3600))

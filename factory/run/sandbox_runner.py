@@ -1,0 +1,100 @@
+"""The one place the factory touches the sandboxes package: a `SessionRunner` that runs each
+session's agent in a confined Docker sandbox (`sandboxes.session.run_session`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
+
+log = logging.getLogger(__name__)
+
+ENSURE_ENGINE = Path(__file__).resolve().parents[2] / "sandboxes" / "images" / "ensure_engine.sh"
+
+
+def ensure_docker() -> None:
+    """Install/start the Docker engine where we may (Debian, root), else fail with instructions."""
+    r = subprocess.run(["bash", str(ENSURE_ENGINE)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise InfraError(f"Docker engine unavailable:\n{r.stdout}{r.stderr}".strip())
+    log.info(r.stdout.strip())
+
+
+def build_image(log_line: Any = print) -> str:
+    """The agents image tag, building the base and agents images when they are missing."""
+    import docker
+
+    from sandboxes.config import SandboxSettings
+    from sandboxes.images.build import build_agents
+
+    return build_agents(docker.from_env(), SandboxSettings(), log=log_line)
+
+
+class SandboxSessionRunner:
+    def __init__(
+        self,
+        *,
+        image: str | None = None,
+        model: str = "target",
+        time_limit_s: float | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        import docker
+
+        from sandboxes.config import SandboxSettings
+
+        self.settings = SandboxSettings()
+        self._client = docker.from_env()
+        self.image = image
+        self.model = model
+        self.time_limit_s = time_limit_s
+        self.run_id = run_id or f"factory-{socket.gethostname()}-{os.getpid()}"
+        self._image_lock = threading.Lock()
+
+    def _image(self) -> str:
+        with self._image_lock:
+            if self.image is None:
+                from sandboxes.images.build import build_agents
+
+                self.image = build_agents(self._client, self.settings, log=log.info)
+            return self.image
+
+    def run(self, spec: SessionSpec) -> SessionOutcome:
+        import docker
+        import requests
+
+        from sandboxes.session import SessionRequest, run_session
+
+        req = SessionRequest(
+            agent=spec.agent,
+            repo=spec.repo_path,
+            commit=spec.base_commit,
+            task=spec.task,
+            proxy_url=spec.proxy_url,
+            image=self._image(),
+            session_id=spec.proxy_session_id,
+            run_id=self.run_id,
+            model=self.model,
+            time_limit_s=self.time_limit_s,
+            settings=self.settings,
+        )
+        try:
+            res = run_session(req, self._client)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise InfraError(f"sandbox: {type(exc).__name__}: {exc}") from exc
+        except subprocess.CalledProcessError as exc:
+            raise InfraError(f"sandbox: {exc}; {(exc.stderr or '')[-500:]}") from exc
+        return SessionOutcome(
+            exit_status=res.exit_code,
+            patch=res.patch,
+            transcript=res.transcript,
+            agent_session_id=res.agent_session_id,
+            error=res.reason,
+            timings=res.timings,
+        )

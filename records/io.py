@@ -1,0 +1,107 @@
+"""Writing call records atomically, finding them, and reading any schema version as the current one."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from records.schema import SCHEMA, schema_version
+
+# Column names older writers used, and their current names.
+LEGACY_NAMES = {"language": "lang"}
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_part(
+    rows: Iterable[Mapping[str, Any]] | pa.Table, directory: Path, name: str, schema: pa.Schema = SCHEMA
+) -> Path:
+    """Write `rows` as `directory/name`, atomically: a hidden temp file, fsync, rename, fsync the folder.
+
+    pyarrow.dataset ignores names starting with "." — readers never see a half-written part."""
+    directory.mkdir(parents=True, exist_ok=True)
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=schema)
+    final = directory / name
+    tmp = directory / f".{name}.{os.getpid()}.tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    _fsync(tmp)
+    tmp.replace(final)
+    _fsync(directory)
+    return final
+
+
+def calls_dir(path: str | Path) -> Path:
+    """Where the call records under `path` are: an exported dataset's `calls` config
+    (`[dataset/]data/calls/`), the proxy's `calls/`, or `path` itself (a file or a directory)."""
+    p = Path(path)
+    for sub in ("dataset/data/calls", "data/calls", "calls"):
+        if (p / sub).is_dir():
+            return p / sub
+    return p
+
+
+def parquet_files(path: str | Path, *, required: bool = True) -> list[Path]:
+    """Every Parquet file of the call records under `path` (see `calls_dir`); hidden and `_` names skipped."""
+    p = calls_dir(path)
+    if p.is_file():
+        return [p]
+    files = (
+        sorted(
+            f
+            for f in p.rglob("*.parquet")
+            if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+        )
+        if p.is_dir()
+        else []
+    )
+    if not files and required:
+        raise FileNotFoundError(f"no Parquet call records under {path}")
+    return files
+
+
+def conform(table: pa.Table | pa.RecordBatch, version: int | None = None) -> pa.Table:
+    """Bring a table of any schema version to the current column names (older names renamed).
+
+    Version 1 and 2 call records have the same columns; datasets and samples written by older code used
+    `language` for `lang`."""
+    t = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
+    del version  # every version so far differs only by the renames below
+    names = [LEGACY_NAMES.get(n, n) for n in t.column_names]
+    if len(set(names)) != len(names):  # both spellings present: keep the current one
+        keep = [i for i, n in enumerate(t.column_names) if n not in LEGACY_NAMES]
+        return t.select(keep)
+    return t.rename_columns(names)
+
+
+def read_batches(
+    path: str | Path, columns: Sequence[str] | None = None, batch_size: int = 1024
+) -> Iterator[tuple[Path, pa.Table]]:
+    """(file, table) batches of the call records under `path`, conformed; only `columns` that exist."""
+    for f in parquet_files(path):
+        ds = pads.dataset(str(f), format="parquet")
+        version = schema_version(ds.schema)
+        wanted = None
+        if columns is not None:
+            current = {LEGACY_NAMES.get(n, n): n for n in ds.schema.names}
+            wanted = [current[c] for c in columns if c in current]
+            wanted += [n for n in ds.schema.names if LEGACY_NAMES.get(n) in columns and n not in wanted]
+        for batch in ds.to_batches(columns=wanted, batch_size=batch_size):
+            yield f, conform(batch, version)
+
+
+def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """All call records under `path` as one conformed table (small data: tests, samples, reports)."""
+    tables = [t for _, t in read_batches(path, columns)]
+    return pa.concat_tables(tables, promote_options="default") if tables else SCHEMA.empty_table()

