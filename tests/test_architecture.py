@@ -1,6 +1,6 @@
 """The package graph: every package imports only the packages below it, and none of another's private names.
 
-    records  wire                 the contracts (call record, wire formats): import no project package
+    clikit records wire           settings→CLI; the contracts (call record, wire formats): import no project package
     standin  sandboxes            the stand-in target; the Docker sandboxes
     proxy    trainer              the recording relay; the drafter's data, model, training and evaluation
     factory                       the job that runs everything
@@ -14,15 +14,16 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("records", "wire", "standin", "sandboxes", "proxy", "trainer", "factory")
+PACKAGES = ("clikit", "records", "wire", "standin", "sandboxes", "proxy", "trainer", "factory")
 ALLOWED = {
+    "clikit": set(),
     "records": set(),
     "wire": set(),
-    "standin": {"records", "wire"},
-    "sandboxes": {"records"},
-    "proxy": {"records", "wire"},
-    "trainer": {"records", "wire", "standin"},
-    "factory": {"records", "wire", "sandboxes"},
+    "standin": {"clikit", "records", "wire"},
+    "sandboxes": {"clikit", "records"},
+    "proxy": {"clikit", "records", "wire"},
+    "trainer": {"clikit", "records", "wire", "standin"},
+    "factory": {"clikit", "records", "wire", "sandboxes"},
 }
 
 
