@@ -1,11 +1,11 @@
-"""A small GitHub REST client (httpx): token auth, Link pagination, primary and secondary rate
-limits, ETag conditional requests. Everything the harvester needs and nothing else."""
+"""A small GitHub REST client (httpx): token auth, Link pagination (httpx's `Response.links`), primary
+and secondary rate limits (retries by `tenacity`, each wait taken from the response), ETag conditional
+requests. Everything the harvester needs and nothing else."""
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -13,11 +13,11 @@ from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import httpx
+import tenacity
 
 log = logging.getLogger(__name__)
 
 API_URL = "https://api.github.com"
-_LINK = re.compile(r'<([^>]+)>;\s*rel="([^"]+)"')
 
 
 class GitHubError(RuntimeError):
@@ -28,6 +28,14 @@ class GitHubError(RuntimeError):
 
 class NotFound(GitHubError):
     pass
+
+
+class _Retry(GitHubError):
+    """A rate limit or a transient failure: retried after `delay` seconds (raised when retries run out)."""
+
+    def __init__(self, message: str, status: int | None, delay: float):
+        super().__init__(message, status)
+        self.delay = delay
 
 
 class EtagCache(Protocol):
@@ -47,8 +55,12 @@ class MemoryEtagCache:
         self._d[url] = (etag, body, link)
 
 
-def parse_link(header: str | None) -> dict[str, str]:
-    return {rel: url for url, rel in _LINK.findall(header or "")}
+def _links(header: str | None) -> dict[str, str]:
+    """rel → URL of a stored `Link` header, parsed by httpx as for a live response."""
+    if not header:
+        return {}
+    links = httpx.Response(200, headers={"Link": header}).links
+    return {str(rel): link["url"] for rel, link in links.items()}
 
 
 @dataclass
@@ -143,42 +155,67 @@ class GitHubClient:
             return min(2.0**attempt, 60.0)
         return None
 
+    def _before_request(self) -> None:
+        if self._reset_at is not None and self._reset_at > self._clock():
+            self._wait(self._reset_at - self._clock() + 1, "primary rate limit exhausted")
+            self._reset_at = None
+
+    def _attempt(self, url: str, cached: tuple[str, str, str | None] | None, attempt: int) -> Page:
+        """One request; raises `_Retry` (with its delay) for what is worth retrying."""
+        self._before_request()
+        headers = {"If-None-Match": cached[0]} if cached else {}
+        try:
+            r = self._http.get(url, headers=headers)
+        except httpx.TransportError as exc:
+            raise _Retry(f"GET {url}: {exc}", None, min(2.0**attempt, 60.0)) from exc
+        self.stats.requests += 1
+        self._note_limits(r)
+        if r.status_code == 304 and cached:
+            self.stats.not_modified += 1
+            return Page(json.loads(cached[1]), _links(cached[2]).get("next"), True)
+        if r.status_code == 200:
+            etag = r.headers.get("ETag")
+            if etag:
+                self.cache.put(url, etag, r.text, r.headers.get("Link"))
+            return Page(r.json(), (r.links.get("next") or {}).get("url"), False)
+        if r.status_code == 404:
+            raise NotFound(f"GET {url}: 404 Not Found", 404)
+        message = f"GET {url}: {r.status_code} {r.text[:200]}"
+        delay = self._retry_delay(r, attempt)
+        if delay is None:
+            raise GitHubError(message, r.status_code)
+        self._reset_at = None  # this wait already covers an exhausted primary limit
+        raise _Retry(message, r.status_code, delay)
+
+    def _retry_wait(self, state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        delay = exc.delay if isinstance(exc, _Retry) else 0.0
+        return max(0.0, min(delay, self.max_wait_s))
+
+    def _before_sleep(self, state: tenacity.RetryCallState) -> None:
+        seconds = state.upcoming_sleep
+        log.warning("github: %s; waiting %.0fs", state.outcome.exception() if state.outcome else "", seconds)
+        self.stats.rate_limited_waits += 1
+        self.stats.slept_s += seconds
+
     def get(self, url_or_path: str, params: dict[str, Any] | None = None) -> Page:
         url = url_or_path if url_or_path.startswith("http") else self.base_url + url_or_path
         if params:
             clean = {k: v for k, v in params.items() if v is not None}
             url = f"{url}{'&' if '?' in url else '?'}{urlencode(clean)}"
         cached = self.cache.get(url)
-        for attempt in range(self.max_retries + 1):
-            if self._reset_at is not None and self._reset_at > self._clock():
-                self._wait(self._reset_at - self._clock() + 1, "primary rate limit exhausted")
-                self._reset_at = None
-            headers = {"If-None-Match": cached[0]} if cached else {}
-            try:
-                r = self._http.get(url, headers=headers)
-            except httpx.TransportError as exc:
-                if attempt == self.max_retries:
-                    raise GitHubError(f"GET {url}: {exc}") from exc
-                self._wait(min(2.0**attempt, 60.0), f"transport error {exc!r}")
-                continue
-            self.stats.requests += 1
-            self._note_limits(r)
-            if r.status_code == 304 and cached:
-                self.stats.not_modified += 1
-                return Page(json.loads(cached[1]), parse_link(cached[2]).get("next"), True)
-            if r.status_code == 200:
-                etag = r.headers.get("ETag")
-                if etag:
-                    self.cache.put(url, etag, r.text, r.headers.get("Link"))
-                return Page(r.json(), parse_link(r.headers.get("Link")).get("next"), False)
-            if r.status_code == 404:
-                raise NotFound(f"GET {url}: 404 Not Found", 404)
-            delay = self._retry_delay(r, attempt)
-            if delay is None or attempt == self.max_retries:
-                raise GitHubError(f"GET {url}: {r.status_code} {r.text[:200]}", r.status_code)
-            self._reset_at = None  # this wait already covers an exhausted primary limit
-            self._wait(delay, f"{r.status_code} on {url}")
-        raise AssertionError("unreachable")
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Retry),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=self._retry_wait,
+            before_sleep=self._before_sleep,
+            sleep=self._sleep,
+            reraise=True,  # the last `_Retry` is a GitHubError naming the status
+        )
+        for attempt in retrying:
+            with attempt:
+                return self._attempt(url, cached, attempt.retry_state.attempt_number - 1)
+        raise AssertionError("unreachable: tenacity returns or raises")
 
     def paginate(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
         page = self.get(path, params)
