@@ -2,10 +2,14 @@
 
 No I/O here: the relay calls these functions. One module per direction:
 
-- `anthropic_request`: Messages body → Chat body (`anthropic_to_chat_request`); `count_tokens` → `/tokenize`.
+- `anthropic_request`: Messages body → Chat body (`anthropic_to_chat_request`); `count_tokens` → `/tokenize`;
+  `anthropic_messages` converts the turns themselves.
 - `anthropic_response`: Chat response → Anthropic message (`chat_to_anthropic_message`).
 - `anthropic_stream`: Chat chunks → Anthropic SSE events (`AnthropicStreamTranslator`).
-- `responses_request` / `responses_response` / `responses_stream`: the same for the Responses API.
+- `responses_request` / `responses_response` / `responses_stream`: the same for the Responses API
+  (`responses_items` converts input items, `responses_tools` maps tool names).
+- `stream_base`: what both stream translators share (chunk parsing, ids, usage, choice routing).
+- `sse`, `assemble`, `client_view`: SSE parsing, whole-stream assembly, a translated reply in the client's shape.
 - `token_ids`: take vLLM's token ids out of chat responses and chunks (dicts or raw bytes).
 - `reverse`: Chat body → Messages / Responses body (auditing and round-trip tests).
 

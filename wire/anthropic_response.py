@@ -8,13 +8,13 @@ from typing import Any
 
 from wire.common import (
     JSON,
+    answer_text,
     anthropic_stop_reason,
     anthropic_usage,
     chat_usage_numbers,
     id_base,
     parse_arguments,
     reasoning_of,
-    text_of_parts,
 )
 
 
@@ -40,12 +40,8 @@ def chat_to_anthropic_message(
     reasoning = reasoning_of(message)
     if reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": thinking_signature()})
-    text = message.get("content")
-    if isinstance(text, list):
-        text = text_of_parts(text)
-    if not text and isinstance(message.get("refusal"), str):
-        text = message["refusal"]
-    if isinstance(text, str) and text:
+    text = answer_text(message)
+    if text:
         content.append({"type": "text", "text": text})
     tool_calls = [c for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
     base = id_base(chat.get("id"))

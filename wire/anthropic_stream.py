@@ -13,7 +13,6 @@ from wire.common import (
     chat_usage_numbers,
     id_base,
     parse_arguments,
-    reasoning_of,
     sse_event,
 )
 from wire.stream_base import ChatStreamTranslator
@@ -33,6 +32,9 @@ class AnthropicStreamTranslator(ChatStreamTranslator):
       `completion_token_ids`, `finish_reason` and `usage` are what the upstream reported.
     """
 
+    REASONING = "thinking"
+    TEXT = "text"
+
     def __init__(self, request: Mapping[str, Any] | None = None, *, message_id: str | None = None) -> None:
         super().__init__()
         self._model = (request or {}).get("model")
@@ -42,7 +44,6 @@ class AnthropicStreamTranslator(ChatStreamTranslator):
         self._open: int | None = None  # index of the open block
         self._tool_block: dict[int, int] = {}  # chat tool-call index → block index
         # chat tool-call index → {id, name, arguments} of a call whose name has not arrived yet
-        self._pending_tools: dict[int, JSON] = {}
         self._vllm_stop_reason: Any = None
         self._stop: tuple[str | None, str | None] = (None, None)
 
@@ -145,24 +146,12 @@ class AnthropicStreamTranslator(ChatStreamTranslator):
             completion = len(self.ids.completion_token_ids or [])
         return anthropic_usage(prompt, completion, cached)
 
-    def _choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
-        delta = choice.get("delta") or {}
-        if isinstance(delta, Mapping):
-            reasoning = reasoning_of(delta)
-            if reasoning:
-                self._text_delta("thinking", reasoning, out)
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text_delta("text", content, out)
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                if isinstance(call, Mapping):
-                    self._tool_delta(call, position, out)
-        if choice.get("finish_reason") is not None:
-            self.finish_reason = choice["finish_reason"]
-            self._vllm_stop_reason = choice.get("stop_reason")
-            for index in sorted(self._pending_tools):
-                self._start_tool(index, out)
-            self._close(out)
+    def _finish_choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
+        self.finish_reason = choice["finish_reason"]
+        self._vllm_stop_reason = choice.get("stop_reason")
+        for index in sorted(self._pending_tools):
+            self._start_tool(index, out)
+        self._close(out)
 
     def _text_delta(self, kind: str, text: str, out: list[bytes]) -> None:
         if self._open is None or self._blocks[self._open]["type"] != kind:
@@ -193,14 +182,7 @@ class AnthropicStreamTranslator(ChatStreamTranslator):
                 self._anomaly("tool-call arguments arrived after their block was closed")
             self._args_delta(block, fragment, out)
             return
-        pending = self._pending_tools.setdefault(index, {"id": None, "name": "", "arguments": ""})
-        if call.get("id"):
-            pending["id"] = call["id"]
-        if isinstance(function, Mapping) and function.get("name"):
-            pending["name"] += function["name"]
-        pending["arguments"] += fragment
-        if pending["name"]:
-            self._start_tool(index, out)
+        self._hold_tool(index, call, fragment, out)
 
     def _start_tool(self, index: int, out: list[bytes]) -> None:
         pending = self._pending_tools.pop(index)

@@ -260,3 +260,29 @@ def stream_fields(chat: JSON, stream: bool, return_token_ids: bool) -> None:
         chat["stream"] = False
     if return_token_ids:
         chat["return_token_ids"] = True
+
+
+def answer_text(message: Mapping[str, Any]) -> str:
+    """A Chat message's answer as text: its content (string or parts), else its refusal, else ''."""
+    text = message.get("content")
+    if isinstance(text, list):
+        text = text_of_parts(text)
+    if not text and isinstance(message.get("refusal"), str):
+        text = message["refusal"]
+    return text if isinstance(text, str) else ""
+
+
+def finish_request(
+    chat: JSON,
+    body: Mapping[str, Any],
+    notes: Notes,
+    handled: frozenset[str],
+    dropped_top: Mapping[str, str],
+    return_token_ids: bool,
+) -> Translated:
+    """Last step of a request translation: stream options, a note for every top-level field not read."""
+    stream_fields(chat, bool(body.get("stream")), return_token_ids)
+    for key in body:
+        if key not in handled:
+            notes.drop(key, dropped_top.get(key, "field unknown to the translation; not sent upstream"))
+    return Translated(chat, notes.result())

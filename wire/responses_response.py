@@ -8,15 +8,15 @@ from typing import Any
 
 from wire.common import (
     JSON,
+    answer_text,
     chat_usage_numbers,
     id_base,
     parse_arguments,
     reasoning_of,
     responses_status,
     responses_usage,
-    text_of_parts,
 )
-from wire.responses_request import ResponsesTools, responses_tool_map
+from wire.responses_tools import ResponsesTools, responses_tool_map
 
 
 def output_text_part(text: str) -> JSON:
@@ -130,12 +130,8 @@ def chat_to_responses_response(
     reasoning = reasoning_of(message)
     if reasoning:
         output.append(reasoning_item(f"rs_{base}", reasoning))
-    text = message.get("content")
-    if isinstance(text, list):
-        text = text_of_parts(text)
-    if not text and isinstance(message.get("refusal"), str):
-        text = message["refusal"]
-    if isinstance(text, str) and text:
+    text = answer_text(message)
+    if text:
         output.append(message_item(f"msg_{base}", text, "completed"))
     for i, call in enumerate(c for c in message.get("tool_calls") or [] if isinstance(c, Mapping)):
         function = call.get("function") or {}

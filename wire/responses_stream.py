@@ -10,12 +10,10 @@ from wire.common import (
     JSON,
     chat_usage_numbers,
     id_base,
-    reasoning_of,
     responses_status,
     responses_usage,
     sse_event,
 )
-from wire.responses_request import responses_tool_map
 from wire.responses_response import (
     custom_input,
     message_item,
@@ -24,6 +22,7 @@ from wire.responses_response import (
     response_object,
     tool_call_item,
 )
+from wire.responses_tools import responses_tool_map
 from wire.stream_base import ChatStreamTranslator
 
 
@@ -57,6 +56,9 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
     upstream failure (`response.failed`); `response` is the response object assembled so far.
     """
 
+    REASONING = "reasoning"
+    TEXT = "message"
+
     def __init__(self, request: Mapping[str, Any] | None = None, *, response_id: str | None = None) -> None:
         super().__init__()
         self._request = dict(request or {})
@@ -68,9 +70,6 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
         self._output: list[JSON] = []  # finished items, in output order
         self._open: _Item | None = None
         self._tool_items: dict[int, _Item] = {}  # chat tool-call index → its item
-        self._pending_tools: dict[
-            int, JSON
-        ] = {}  # chat tool-call index → {id, name, arguments} before a name
         self._counts = {"reasoning": 0, "message": 0, "tool": 0}
         self._status = "in_progress"
         self._error: JSON | None = None
@@ -121,6 +120,10 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
         self.sequence_number += 1
         return sse_event(name, data)
 
+    def _part_event(self, name: str, item: _Item, **fields: Any) -> bytes:
+        """An event about content part 0 of `item` (every text and reasoning item has exactly one)."""
+        return self._event(name, item_id=item.id, output_index=item.output_index, content_index=0, **fields)
+
     def _response(self, incomplete: JSON | None) -> JSON:
         usage = None
         if self.finished or self._status != "in_progress":
@@ -159,21 +162,9 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
         base = id_base(self._chat_id)
         return f"{prefix}_{base}" if n == 0 and kind != "tool" else f"{prefix}_{base}_{n}"
 
-    def _choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
-        delta = choice.get("delta") or {}
-        if isinstance(delta, Mapping):
-            reasoning = reasoning_of(delta)
-            if reasoning:
-                self._text_delta("reasoning", reasoning, out)
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                self._text_delta("message", content, out)
-            for position, call in enumerate(delta.get("tool_calls") or []):
-                if isinstance(call, Mapping):
-                    self._tool_delta(call, position, out)
-        if choice.get("finish_reason") is not None:
-            self.finish_reason = choice["finish_reason"]
-            self._close_all(out)
+    def _finish_choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
+        self.finish_reason = choice["finish_reason"]
+        self._close_all(out)
 
     def _open_item(self, kind: str, out: list[bytes]) -> _Item:
         self._close(out)
@@ -189,11 +180,9 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
                 )
             )
             out.append(
-                self._event(
+                self._part_event(
                     "response.content_part.added",
-                    item_id=item.id,
-                    output_index=item.output_index,
-                    content_index=0,
+                    item,
                     part=output_text_part(""),
                 )
             )
@@ -206,11 +195,9 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
                 )
             )
             out.append(
-                self._event(
+                self._part_event(
                     "response.content_part.added",
-                    item_id=item.id,
-                    output_index=item.output_index,
-                    content_index=0,
+                    item,
                     part={"type": "reasoning_text", "text": ""},
                 )
             )
@@ -223,22 +210,18 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
         item.text += text
         if kind == "message":
             out.append(
-                self._event(
+                self._part_event(
                     "response.output_text.delta",
-                    item_id=item.id,
-                    output_index=item.output_index,
-                    content_index=0,
+                    item,
                     delta=text,
                     logprobs=[],
                 )
             )
         else:
             out.append(
-                self._event(
+                self._part_event(
                     "response.reasoning_text.delta",
-                    item_id=item.id,
-                    output_index=item.output_index,
-                    content_index=0,
+                    item,
                     delta=text,
                 )
             )
@@ -255,14 +238,7 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
                 return
             self._args_delta(item, fragment, out)
             return
-        pending = self._pending_tools.setdefault(index, {"id": None, "name": "", "arguments": ""})
-        if call.get("id"):
-            pending["id"] = call["id"]
-        if isinstance(function, Mapping) and function.get("name"):
-            pending["name"] += function["name"]
-        pending["arguments"] += fragment
-        if pending["name"]:
-            self._start_tool(index, out)
+        self._hold_tool(index, call, fragment, out)
 
     def _start_tool(self, index: int, out: list[bytes]) -> None:
         pending = self._pending_tools.pop(index)

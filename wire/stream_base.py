@@ -6,12 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from wire.common import JSON
+from wire.common import JSON, reasoning_of
 from wire.sse import DONE, SSEDecoder
 from wire.token_ids import TokenIdCollector
 
 
 class ChatStreamTranslator:
+    # the subclass's names for a reasoning block and an answer-text block
+    REASONING = "reasoning"
+    TEXT = "text"
+
     def __init__(self) -> None:
         self._decoder: SSEDecoder | None = None
         self.ids = TokenIdCollector()
@@ -22,6 +26,7 @@ class ChatStreamTranslator:
         self.finish_reason: str | None = None
         self.usage: JSON | None = None
         self.anomalies: list[str] = []
+        self._pending_tools: dict[int, dict[str, Any]] = {}  # tool calls whose name has not arrived yet
 
     @property
     def prompt_token_ids(self) -> list[int] | None:
@@ -78,10 +83,52 @@ class ChatStreamTranslator:
         """The first chunk arrived: write the API's opening events."""
         raise NotImplementedError
 
-    def _choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
+    def _text_delta(self, kind: str, text: str, out: list[bytes]) -> None:
+        """Append reasoning (kind `REASONING`) or answer text (kind `TEXT`) to the open block or item."""
+        raise NotImplementedError
+
+    def _tool_delta(self, call: Mapping[str, Any], position: int, out: list[bytes]) -> None:
+        """A tool call's fragment (name and/or argument text) for call `index`."""
+        raise NotImplementedError
+
+    def _finish_choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
+        """Choice 0 carried a finish reason: close what is open."""
         raise NotImplementedError
 
     # --- shared internals ----------------------------------------------------------------------------
+
+    def _choice(self, choice: Mapping[str, Any], out: list[bytes]) -> None:
+        """Route choice 0's delta: reasoning, then text, then tool-call fragments; then its finish."""
+        delta = choice.get("delta") or {}
+        if isinstance(delta, Mapping):
+            reasoning = reasoning_of(delta)
+            if reasoning:
+                self._text_delta(self.REASONING, reasoning, out)
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self._text_delta(self.TEXT, content, out)
+            for position, call in enumerate(delta.get("tool_calls") or []):
+                if isinstance(call, Mapping):
+                    self._tool_delta(call, position, out)
+        if choice.get("finish_reason") is not None:
+            self._finish_choice(choice, out)
+
+    def _hold_tool(self, index: int, call: Mapping[str, Any], fragment: str, out: list[bytes]) -> None:
+        """A tool call's id and name may arrive over several chunks: hold its fragments until it has a
+        name, then let the subclass start it (`_start_tool`), which writes what was held."""
+        function = call.get("function") or {}
+        pending = self._pending_tools.setdefault(index, {"id": None, "name": "", "arguments": ""})
+        if call.get("id"):
+            pending["id"] = call["id"]
+        if isinstance(function, Mapping) and function.get("name"):
+            pending["name"] += function["name"]
+        pending["arguments"] += fragment
+        if pending["name"]:
+            self._start_tool(index, out)
+
+    def _start_tool(self, index: int, out: list[bytes]) -> None:
+        """Open the tool call held under `index` (its fragments are in `_pending_tools[index]`)."""
+        raise NotImplementedError
 
     def _feed_items(self, items: list[dict[str, Any] | str]) -> bytes:
         out = b""
