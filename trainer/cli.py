@@ -74,6 +74,7 @@ def serve_target(
 # The drafter's commands: each implemented (with its options) in its own module.
 from trainer.evaluate import eval_command  # noqa: E402
 from trainer.export import export_command  # noqa: E402
+from trainer.replay import replay_command  # noqa: E402
 from trainer.submit import submit_command  # noqa: E402
 from trainer.train import train_command  # noqa: E402
 
@@ -81,3 +82,4 @@ app.command("train")(train_command)
 app.command("eval")(eval_command)
 app.command("export")(export_command)
 app.command("submit")(submit_command)
+app.command("replay")(replay_command)

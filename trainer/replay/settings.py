@@ -1,0 +1,103 @@
+"""The replay's one settings model: its CLI (`python -m trainer replay`) is generated from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
+
+
+class Endpoint(BaseModel):
+    label: str
+    url: str
+
+
+def parse_endpoint(text: str) -> Endpoint:
+    """`label=URL` (http or https; a trailing `/v1` or `/` is dropped: the replay adds the paths)."""
+    label, sep, url = text.partition("=")
+    label, url = label.strip(), url.strip().rstrip("/")
+    if not sep or not label or not url.startswith(("http://", "https://")):
+        raise ValueError(f"{text!r} is not LABEL=URL with an http(s) URL, e.g. base=http://127.0.0.1:8000")
+    url = url.removesuffix("/v1")
+    return Endpoint(label=label, url=url)
+
+
+class ReplaySettings(BaseModel):
+    """Replay held-out recorded calls against OpenAI-compatible endpoints; MAL and speedup per endpoint."""
+
+    data: Path = Field(
+        description="Call records: an exported dataset (its held-out `test` split is used) or a calls "
+        "folder / Parquet file (held-out by --held-out-from or the trainer's repository hash)."
+    )
+    endpoint: list[str] = Field(
+        min_length=1,
+        description="LABEL=URL of an OpenAI-compatible server (vLLM, SGLang, the stand-in); repeat it.",
+    )
+    baseline: str | None = Field(
+        None, description="The label every other endpoint's speedup is measured against; default the first."
+    )
+    speculative: list[str] | None = Field(
+        None,
+        description="Labels served with speculative decoding (they must expose vLLM's spec-decode counters); "
+        "default every endpoint but the baseline.",
+    )
+    held_out_from: Path | None = Field(
+        None,
+        description="A training run directory: replay the calls of its held-out split (RUN/data/eval.parquet).",
+    )
+    eval_fraction: float = Field(
+        0.15,
+        gt=0,
+        lt=1,
+        description="Without an export split or a run: the held-out fraction of repositories, hashed as the "
+        "trainer does.",
+    )
+    calls: int = Field(24, ge=1, description="Calls replayed, stratified by agent and language.")
+    seed: int = Field(0, description="Seed of the stratified sample.")
+    max_tokens: int = Field(
+        256, ge=1, description="Cap on max_tokens (each call asks for its recorded completion length)."
+    )
+    concurrency: list[int] = Field(
+        default_factory=lambda: [1, 8],
+        description="Concurrency levels, each replayed on every endpoint (default: 1 and 8).",
+    )
+    out: Path = Field(Path("runs/replay"), description="Folder for report.json, summary.md and the plots.")
+    timeout: float = Field(900.0, gt=0, description="Seconds one request may take.")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoints(cls, value: list[str]) -> list[str]:
+        labels = [parse_endpoint(v).label for v in value]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"endpoint labels must be unique, got {labels}")
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if not value or any(c < 1 for c in value):
+            raise ValueError("concurrency levels must be integers of at least 1")
+        return value
+
+    @field_validator("baseline", "speculative")
+    @classmethod
+    def _labels_known(cls, value: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
+        labels = [parse_endpoint(v).label for v in info.data.get("endpoint") or []]
+        given = [value] if isinstance(value, str) else list(value or [])
+        unknown = [x for x in given if x not in labels]
+        if labels and unknown:
+            raise ValueError(f"unknown endpoint label(s) {unknown}; the endpoints are {labels}")
+        return value
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        return [parse_endpoint(v) for v in self.endpoint]
+
+    @property
+    def baseline_label(self) -> str:
+        return self.baseline or self.endpoints[0].label
+
+    def is_speculative(self, label: str) -> bool:
+        if self.speculative is not None:
+            return label in self.speculative
+        return label != self.baseline_label
