@@ -1,0 +1,158 @@
+"""Move rolled Parquet parts from the local calls folder to a storage URL (records.storage).
+
+The local spool and calls folder stay the durability boundary: a call is acknowledged once it is
+fsync'd locally, the roller turns segments into parts locally, and this uploader copies each part to
+``STORE/calls/<same name>``; the local part is removed only after the store confirmed the upload (the
+stored size read back). An outage of the store never blocks the agents (uploads run on their own
+thread) and never loses a call (the part stays until a later attempt succeeds, with backoff). A part
+uploaded but not yet removed when the process dies is uploaded again under the same name: the object
+is replaced by identical bytes, never duplicated."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from records.storage import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UploadStats:
+    uploaded: int = 0  # parts confirmed and removed locally
+    bytes: int = 0
+    failures: int = 0  # failed attempts (each retried)
+    postponed: int = 0  # sweeps ended by a part that failed every attempt (kept for the next sweep)
+    last_error: str | None = None
+
+
+class Uploader:
+    """Uploads every finished part in `calls_dir` to `store` under `prefix`, removing it locally after."""
+
+    def __init__(
+        self,
+        calls_dir: Path,
+        store: Store,
+        *,
+        prefix: str = "calls",
+        poll_s: float = 1.0,
+        attempts: int = 3,
+        backoff_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+    ) -> None:
+        self.calls_dir, self.store, self.prefix = calls_dir, store, prefix.strip("/")
+        self.poll_s, self.attempts = poll_s, attempts
+        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        self.stats = UploadStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # one sweep at a time (the thread, a final drain, a CLI)
+        self._thread = threading.Thread(target=self._loop, name="part-uploader", daemon=True)
+        self._pause_until = 0.0
+
+    # -- one part -------------------------------------------------------------------------------
+    def pending(self) -> list[Path]:
+        """Parts waiting locally, oldest name first (hidden temporaries of a roll in progress skipped)."""
+        if not self.calls_dir.is_dir():
+            return []
+        return sorted(p for p in self.calls_dir.glob("*.parquet") if not p.name.startswith((".", "_")))
+
+    def upload_part(self, part: Path) -> int:
+        """Upload one part with retries and backoff; remove it locally once confirmed. Returns bytes."""
+        key = f"{self.prefix}/{part.name}" if self.prefix else part.name
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
+            # Any failure is the store's (network, credentials, StorageError on a size mismatch, botocore's
+            # own exception classes, which do not derive from OSError): all are worth another try.
+            retry=retry_if_exception_type(Exception),
+            reraise=True,
+            before_sleep=self._count_failure,
+        )
+        size = int(retrying(self.store.upload, part, key))
+        part.unlink(missing_ok=True)  # only now: the store holds the same bytes under the same name
+        with self._lock:
+            self.stats.uploaded += 1
+            self.stats.bytes += size
+        return size
+
+    def _count_failure(self, state: object) -> None:
+        exc = getattr(getattr(state, "outcome", None), "exception", lambda: None)()
+        with self._lock:
+            self.stats.failures += 1
+            self.stats.last_error = f"{type(exc).__name__}: {exc}"
+        log.warning("upload to %s failed (%s); retrying", self.store.url, self.stats.last_error)
+
+    # -- sweeps ---------------------------------------------------------------------------------
+    def sweep(self) -> tuple[int, int]:
+        """Try every pending part once (with its retries). Returns (uploaded, still pending).
+
+        The first part that still fails ends the sweep: the store is down, and the next parts would
+        only wait through the same timeouts."""
+        done = 0
+        for part in self.pending():
+            if not part.exists():
+                continue  # another sweep (another process) took it
+            try:
+                self.upload_part(part)
+            except Exception as exc:  # kept locally; the next sweep tries again
+                with self._lock:
+                    self.stats.postponed += 1
+                    self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("upload of %s postponed: %s", part.name, self.stats.last_error)
+                break
+            done += 1
+        return done, len(self.pending())
+
+    def drain(self, timeout_s: float) -> int:
+        """Sweep until nothing is pending or `timeout_s` passed; returns the parts still pending."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            _, left = self.sweep()
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(min(self.backoff_max_s, max(0.1, deadline - time.monotonic()), 1.0))
+
+    # -- background thread ----------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def notify(self) -> None:
+        """A part was just written: sweep now rather than at the next poll."""
+        self._wake.set()
+
+    def close(self, drain_timeout_s: float = 10.0) -> int:
+        """Stop the thread after a last drain; returns the parts left locally (uploaded by a later start)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        left = self.drain(drain_timeout_s)
+        if left:
+            log.warning(
+                "%d part(s) left in %s for a later upload to %s", left, self.calls_dir, self.store.url
+            )
+        return left
+
+    def _loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            if time.monotonic() < self._pause_until:
+                continue
+            _, left = self.sweep()
+            # A failing store: wait longer between sweeps (exponential, capped) so an outage costs
+            # little; a success resets the pace.
+            failures = failures + 1 if left else 0
+            if failures:
+                pause = min(self.backoff_max_s, self.backoff_s * 2**failures)
+                self._pause_until = time.monotonic() + pause
