@@ -38,7 +38,7 @@ class SandboxSettings(BaseSettings):
 
     # Realism (issue 14): controlled egress, toolchain families, environment images, test outcome.
     egress: Literal["none", "registries"] = Field(
-        "none",
+        default="none",
         description="Network policy of a sandbox: `none` reaches only the proxy; `registries` also reaches the "
         "package registries (PyPI, npm, crates, Go proxy, Maven Central, Debian) through a squid forward proxy",
     )
@@ -47,25 +47,31 @@ class SandboxSettings(BaseSettings):
         description="Further hosts the egress proxy allows (a site's own mirror, e.g. an Artifactory); unlike "
         "the registries these may resolve to private addresses",
     )
-    setup_time_limit_s: Annotated[float, Field(gt=0)] = Field(
-        1200.0, description="Time limit of one environment image's setup command"
+    setup_time_limit_s: float = Field(
+        default=1200.0, gt=0, description="Time limit of one environment image's setup command"
     )
-    setup_retries: Annotated[int, Field(ge=1)] = Field(
-        2, description="Setup attempts per repository, commit and lockfile before its failure is final"
+    setup_retries: int = Field(
+        default=2,
+        ge=1,
+        description="Setup attempts per repository, commit and lockfile before its failure is final",
     )
-    test_time_limit_s: Annotated[float, Field(gt=0)] = Field(
-        600.0, description="Time limit of one test run (baseline or after the patch)"
+    test_time_limit_s: float = Field(
+        default=600.0, gt=0, description="Time limit of one test run (baseline or after the patch)"
     )
     env_state_dir: Path = Field(
-        Path.home() / ".cache" / "dflash-sandbox",
+        default=Path.home() / ".cache" / "dflash-sandbox",
         description="Where environment image setup failures and their attempt counts are recorded",
     )
-    env_min_free_gb: Annotated[float, Field(ge=0)] = Field(
-        5.0, description="Free disk under Docker's root below which no environment image is built"
+    env_min_free_gb: float = Field(
+        default=5.0,
+        ge=0,
+        description="Free disk under Docker's root below which no environment image is built",
     )
-    env_max_age_days: Annotated[float, Field(gt=0)] = Field(
-        14.0, description="Environment images older than this are removed by their GC"
+    env_max_age_days: float = Field(
+        default=14.0, gt=0, description="Environment images older than this are removed by their GC"
     )
-    env_budget_gb: Annotated[float, Field(gt=0)] = Field(
-        100.0, description="Disk the environment images may hold together; the GC removes the oldest beyond it"
+    env_budget_gb: float = Field(
+        default=100.0,
+        gt=0,
+        description="Disk the environment images may hold together; the GC removes the oldest beyond it",
     )

@@ -23,6 +23,7 @@ from docker.models.containers import Container
 
 from sandboxes import cgroups
 from sandboxes.config import SandboxSettings
+from sandboxes.egress import EgressProxy
 from sandboxes.files import tar_files
 from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
@@ -53,6 +54,10 @@ class SandboxSpec:
     proxy_url: str
     image: str
     settings: SandboxSettings = field(default_factory=lambda: SandboxSettings())
+    # With an egress image, a squid of the sandbox's own lets it reach the package registries.
+    egress_image: str | None = None
+    # An environment image already holds the checkout: its single commit's id, and no copy goes in.
+    prepared_base: str | None = None
 
 
 def _short(text: str) -> str:
@@ -104,6 +109,8 @@ class Sandbox:
         self._oom_seen = 0
         self._deadline = 0.0
         self._watchdog: threading.Timer | None = None
+        self.egress: EgressProxy | None = None
+        self.exec_env: dict[str, str] = {}  # every exec gets these (the egress proxy's variables)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -123,6 +130,11 @@ class Sandbox:
         self.timings[name] = round(time.monotonic() - start, 4)
 
     def _setup(self) -> None:
+        if self.spec.prepared_base:
+            self._start_container()
+            self.base_sha = self.spec.prepared_base
+            self._write_gitconfig()
+            return
         # The repository is prepared on the host while the network and container come up.
         with ThreadPoolExecutor(max_workers=1) as pool:
             wd = PurePosixPath(self.settings.workdir)
@@ -141,6 +153,10 @@ class Sandbox:
         gateway = self.net.create()
         self.relay.listen_host = gateway
         self.net.allow(self.relay.start())
+        if self.spec.egress_image:
+            self.egress = EgressProxy(self.client, self.spec.egress_image, self.name, self.labels)
+            self.egress.start(self.name, list(self.settings.egress_extra_hosts))
+            self.exec_env = self.egress.env(no_proxy=f"{gateway},localhost,127.0.0.1")
         self._timed("network", t)
         t = time.monotonic()
         s = self.settings
@@ -194,6 +210,8 @@ class Sandbox:
             except docker.errors.APIError as exc:
                 errors.append(f"container: {exc}")
             self.container = None
+        if self.egress is not None:
+            errors += self.egress.close()
         errors += self.net.remove()
         self.relay.stop()
         self._timed("teardown", t)
@@ -242,7 +260,7 @@ class Sandbox:
             self.container.id,
             wrapped,
             user=user or self.settings.user,
-            environment=env or {},
+            environment={**self.exec_env, **(env or {})},
             workdir=workdir or self.settings.workdir,
         )["Id"]
         out, err = api.exec_start(exec_id, demux=True)
@@ -273,6 +291,10 @@ class Sandbox:
         assert self.container is not None
         tar, self.base_sha = prepared.result()
         self.container.put_archive(str(PurePosixPath(self.settings.workdir).parent), tar)
+        self._write_gitconfig()
+
+    def _write_gitconfig(self) -> None:
+        assert self.container is not None
         gitconfig = "[user]\n\tname = sandbox\n\temail = sandbox@localhost\n[safe]\n\tdirectory = *\n"
         self.container.put_archive(
             f"/home/{self.settings.user}", tar_files({".gitconfig": gitconfig}, AGENT_UID, mode=0o644)

@@ -12,11 +12,13 @@ from typing import Any
 import docker
 
 from records import session_prefix
+from sandboxes import testrun
 from sandboxes.agents import AgentContext, get_agent
 from sandboxes.agents.base import parse_jsonl
 from sandboxes.config import SandboxSettings
 from sandboxes.files import tar_files
 from sandboxes.sandbox import AGENT_UID, ExecResult, Sandbox, SandboxSpec
+from sandboxes.testrun import TestOutcome
 
 
 @dataclass
@@ -33,6 +35,13 @@ class SessionResult:
     stderr: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     peak_memory_mb: float | None = None
+    # The repository's tests before the agent and after its patch (None: no test command), and whether the
+    # patch newly made failing tests pass; the environment's setup; each request through the egress proxy.
+    baseline: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    resolved: bool | None = None
+    setup: dict[str, Any] | None = None
+    egress: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +61,21 @@ class SessionRequest:
     command: str | None = None
     time_limit_s: float | None = None
     settings: SandboxSettings = field(default_factory=lambda: SandboxSettings())
+    test_command: str | None = None  # run before the agent and after its patch, as the agent user
+    egress_image: str | None = None  # the squid image: with it the sandbox reaches the registries
+    prepared_base: str | None = None  # `image` is an environment image holding the checkout at this commit
+    setup: dict[str, Any] | None = None  # how the environment was prepared (copied into the result)
+
+
+# Untracked files a test run leaves (caches, build output) must not end up in the agent's patch.
+EXCLUDE_NEW = "git ls-files --others --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude"
+
+
+def _tests(box: Sandbox, command: str, limit: float) -> TestOutcome:
+    res = box.exec(["sh", "-c", command], timeout=limit)
+    out = testrun.parse(command, res.exit_code, (res.stdout + res.stderr).decode(errors="replace"))
+    out.timed_out, out.seconds = res.timed_out, round(res.seconds, 3)
+    return out
 
 
 def _reason(res: ExecResult, limit: float, memory: str) -> str | None:
@@ -70,12 +94,29 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
     limit = min(req.time_limit_s or settings.wall_time_s, settings.wall_time_s)
     if req.time_limit_s:
         # The sandbox's own wall time covers setup and patch collection on top of the agent's limit.
-        settings = settings.model_copy(update={"wall_time_s": req.time_limit_s + 120})
-    spec = SandboxSpec(req.run_id, req.session_id, req.repo, req.commit, req.proxy_url, req.image, settings)
+        tests = 2 * settings.test_time_limit_s if req.test_command else 0
+        settings = settings.model_copy(update={"wall_time_s": req.time_limit_s + 120 + tests})
+    spec = SandboxSpec(
+        req.run_id,
+        req.session_id,
+        req.repo,
+        req.commit,
+        req.proxy_url,
+        req.image,
+        settings,
+        egress_image=req.egress_image,
+        prepared_base=req.prepared_base,
+    )
+    baseline = after = None
     t0 = time.monotonic()
     name = "command" if req.command else req.agent
     agent = None if req.command else get_agent(req.agent)  # a bad name fails before any container exists
     with Sandbox(spec, client) as box:
+        if req.test_command:
+            t = time.monotonic()
+            baseline = _tests(box, req.test_command, settings.test_time_limit_s)
+            box.exec(["sh", "-c", EXCLUDE_NEW], timeout=60)
+            box.timings["baseline_tests"] = round(time.monotonic() - t, 4)
         home = f"/home/{settings.user}"
         if agent is None:
             env, cmd = {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url}, ["sh", "-c", str(req.command)]
@@ -102,6 +143,10 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
             t = time.monotonic()
             patch = box.patch()
             box.timings["patch"] = round(time.monotonic() - t, 4)
+            if req.test_command:
+                # After the patch was taken, so the run's own leftovers stay out of it.
+                after = _tests(box, req.test_command, settings.test_time_limit_s)
+                box.timings["after_tests"] = round(after.seconds, 4)
         stdout = res.stdout.decode(errors="replace")
         events = parse_jsonl(stdout) if agent else [{"raw": line} for line in stdout.splitlines()]
         result = SessionResult(
@@ -118,6 +163,11 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
             stderr=res.stderr.decode(errors="replace")[-20000:],
             timings=box.timings,
             peak_memory_mb=peak,
+            baseline=baseline.to_dict() if baseline else None,
+            after=after.to_dict() if after else None,
+            resolved=testrun.resolved(baseline, after),
+            setup=req.setup,
+            egress=[asdict(h) for h in box.egress.hits()] if box.egress else [],
         )
     result.timings["total"] = round(time.monotonic() - t0, 4)
     return result

@@ -1,0 +1,235 @@
+"""Controlled egress: a squid forward proxy per sandbox that reaches the package registries and nothing else.
+
+The sandbox stays on its internal network with no resolver. Its squid container sits on that network and on
+one shared, ordinary bridge network (`dflash-egress`) that NATs to the outside; squid resolves names itself
+and allows only the registry domains (CONNECT to 443, plain HTTP to 80). Addresses in private ranges are
+refused even when a registry name resolves to one, so the proxy cannot be used to reach the host or another
+container. The sandbox's tools find squid through the usual proxy variables; each request's host and bytes
+are read back from squid's access log when the session ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import socket
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import docker
+from docker.models.containers import Container
+
+from sandboxes.files import tar_files
+from sandboxes.images.build import _digest, _exists, build_base
+
+SQUID_PORT = 3128
+EGRESS_NETWORK = "dflash-egress"
+EGRESS_LABEL = "dflash.sandbox.egress"
+LOG_PATH = "/var/log/squid/egress.log"
+DOCKERFILE = Path(__file__).parent / "images" / "Dockerfile.egress"
+
+# The registries a build needs: PyPI, npm (and yarn's mirror of it), crates.io, the Go module proxy and
+# checksum database, Maven Central and Gradle's portal, Debian. A leading dot allows subdomains.
+REGISTRIES = (
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+    "registry.yarnpkg.com",
+    "crates.io",
+    "index.crates.io",
+    "static.crates.io",
+    "proxy.golang.org",
+    "sum.golang.org",
+    "storage.googleapis.com",
+    "repo.maven.apache.org",
+    "repo1.maven.org",
+    "plugins.gradle.org",
+    "services.gradle.org",
+    "deb.debian.org",
+    "security.debian.org",
+)
+PRIVATE = (
+    "0.0.0.0/8 10.0.0.0/8 100.64.0.0/10 127.0.0.0/8 169.254.0.0/16 172.16.0.0/12 192.168.0.0/16 "
+    "224.0.0.0/4 240.0.0.0/4 ::1 fc00::/7 fe80::/10"
+)
+
+
+def squid_conf(extra_hosts: list[str] | tuple[str, ...] = ()) -> str:
+    """The proxy's whole configuration: registries (public addresses only), extra hosts, nothing else."""
+    lines = [
+        f"http_port {SQUID_PORT}",
+        "acl SSL_ports port 443",
+        "acl Safe_ports port 80 443",
+        "acl CONNECT method CONNECT",
+        f"acl registries dstdomain {' '.join(REGISTRIES)}",
+        f"acl private dst {PRIVATE}",
+        "http_access deny !Safe_ports",
+        "http_access deny CONNECT !SSL_ports",
+    ]
+    if extra_hosts:
+        # A site's own mirror may well live on a private address: it is allowed before that check.
+        lines += [f"acl extra dstdomain {' '.join(extra_hosts)}", "http_access allow extra"]
+    lines += [
+        "http_access deny private",
+        "http_access allow registries",
+        "http_access deny all",
+        "cache deny all",
+        "cache_mem 8 MB",
+        "via off",
+        "forwarded_for delete",
+        "shutdown_lifetime 0 seconds",
+        "connect_timeout 20 seconds",
+        "logformat egress %ts.%03tu %Ss/%03>Hs %rm %ru %>st %<st",
+        f"access_log stdio:{LOG_PATH} egress",
+        "cache_log /var/log/squid/cache.log",
+        "pid_filename /run/squid.pid",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def egress_tag(client: docker.DockerClient, base: str) -> str:
+    return f"dflash-sandbox-egress:{_digest({'base': base, 'dockerfile': DOCKERFILE.read_text()})}"
+
+
+def build_egress_image(client: docker.DockerClient, settings: object, log: object = None) -> str:
+    """squid on the base image (Debian's package, so it builds from the host's mirror like the rest)."""
+    base = build_base(client, settings, log or (lambda _m: None))  # type: ignore[arg-type]
+    tag = egress_tag(client, base)
+    if _exists(client, tag):
+        return tag
+    stream = client.api.build(
+        fileobj=io.BytesIO(DOCKERFILE.read_bytes()),
+        tag=tag,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        labels={"dflash.sandbox.image": "egress"},
+        buildargs={"BASE": base},
+    )
+    for chunk in stream:
+        if "error" in chunk:
+            raise RuntimeError(f"egress image build failed: {chunk['error']}")
+    return tag
+
+
+def egress_network(client: docker.DockerClient) -> str:
+    """The one shared outward network (created on first use; concurrent creators agree on one)."""
+    found = client.networks.list(names=[EGRESS_NETWORK], filters={"label": EGRESS_LABEL})
+    if found:
+        return str(found[0].name)
+    with contextlib.suppress(docker.errors.APIError):
+        client.networks.create(
+            EGRESS_NETWORK, driver="bridge", labels={EGRESS_LABEL: "1"}, check_duplicate=True
+        )
+    return EGRESS_NETWORK
+
+
+@dataclass
+class EgressHit:
+    """One request through the proxy: when, squid's verdict, method, host and bytes each way."""
+
+    time: float
+    status: str
+    method: str
+    host: str
+    bytes_in: int
+    bytes_out: int
+
+    @property
+    def allowed(self) -> bool:
+        return "DENIED" not in self.status
+
+
+def parse_log(text: str) -> list[EgressHit]:
+    hits = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) != 6:
+            continue
+        ts, status, method, url, sent, received = parts
+        # CONNECT logs `host:port`; plain HTTP logs the whole URL.
+        host = urlsplit(url).hostname if "://" in url else url.rsplit(":", 1)[0]
+        hits.append(EgressHit(float(ts), status, method, host or url, int(received), int(sent)))
+    return hits
+
+
+class EgressProxy:
+    """The squid of one sandbox; `start` before the sandbox's container, `close` after it."""
+
+    def __init__(self, client: docker.DockerClient, image: str, name: str, labels: dict[str, str]) -> None:
+        self.client, self.image, self.name, self.labels = client, image, f"{name}-egress", labels
+        self.container: Container | None = None
+        self.address = ""
+
+    def start(self, sandbox_network: str, extra_hosts: list[str], timeout: float = 30.0) -> str:
+        outward = egress_network(self.client)
+        self.container = self.client.containers.create(
+            self.image,
+            command=["squid", "-N", "-f", "/etc/squid/egress.conf"],
+            name=self.name,
+            labels=self.labels,
+            network=outward,
+            init=True,
+            mem_limit="256m",
+            cap_drop=["NET_RAW", "MKNOD", "SYS_ADMIN"],
+        )
+        conf = tar_files({"etc/squid/egress.conf": squid_conf(extra_hosts)}, 0, mode=0o644)
+        self.container.put_archive("/", conf)
+        self.client.networks.get(sandbox_network).connect(self.container)
+        self.container.start()
+        self.container.reload()
+        nets = self.container.attrs["NetworkSettings"]["Networks"]
+        self.address = nets[sandbox_network]["IPAddress"]
+        self._wait(nets[outward]["IPAddress"], timeout)
+        return self.address
+
+    def _wait(self, host_side: str, timeout: float) -> None:
+        # The host reaches squid on the outward network; the sandbox cannot get there.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((host_side, SQUID_PORT), timeout=1):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"egress proxy did not listen within {timeout:.0f} s: {self._logs()}")
+
+    def _logs(self) -> str:
+        if self.container is None:
+            return ""
+        return self.container.logs(tail=20).decode(errors="replace")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}:{SQUID_PORT}"
+
+    def env(self, no_proxy: str) -> dict[str, str]:
+        """Proxy variables for tools inside (pip, npm, go, cargo, curl, git read both spellings)."""
+        env = {"NO_PROXY": no_proxy, "no_proxy": no_proxy}
+        for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            env[key] = self.url
+        return env
+
+    def hits(self) -> list[EgressHit]:
+        if self.container is None:
+            return []
+        try:
+            stream, _ = self.container.get_archive(LOG_PATH)
+        except docker.errors.APIError:
+            return []
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            return parse_log(member.read().decode(errors="replace")) if member else []
+
+    def close(self) -> list[str]:
+        errors = []
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                errors.append(f"egress container: {exc}")
+            self.container = None
+        return errors
