@@ -12,6 +12,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from clikit import settings_command
+from factory.harvest import HarvestOptions
+from factory.run.runners import RunOptions
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 repos_app = typer.Typer(add_completion=False, help="The repository registry (repos.yaml).")
 app.add_typer(repos_app, name="repos")
@@ -181,53 +185,45 @@ def plan(
 
 
 @app.command()
+@settings_command(RunOptions)
 def run(
+    settings: RunOptions,
     proxy_url: Annotated[str, typer.Option(envvar="DFLASH_PROXY_URL", help="The proxy as the host sees it")],
     data_dir: DataDir = Path("data"),
     db: Db = None,
-    concurrency: Annotated[int, typer.Option(min=1)] = 2,
-    limit: Annotated[int | None, typer.Option(help="Sessions to run in this invocation")] = None,
-    runner: Annotated[str, typer.Option(help="sandbox, or fake (no Docker: scripted calls)")] = "sandbox",
-    image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
-    model: Annotated[str, typer.Option(help="Model id the agents ask for")] = "target",
-    session_timeout: Annotated[float | None, typer.Option(help="Seconds an agent may run")] = None,
-    lease: Annotated[float, typer.Option(help="Lease seconds (renewed while running)")] = 300.0,
-    max_attempts: Annotated[int, typer.Option()] = 3,
-    backoff: Annotated[float, typer.Option(help="First retry delay after an infra failure")] = 30.0,
-    wait: Annotated[bool, typer.Option(help="Keep polling while other workers hold sessions")] = False,
 ) -> None:
     """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
+    from factory.run.lifecycle import run_scope
     from factory.run.progress import Progress
-    from factory.run.runner import RunConfig, Runner
+    from factory.run.runner import Runner
+    from factory.run.runner_types import RunnerArgs
+    from factory.run.runners import get_runner, uses_sandboxes
 
     sessions = _sessions(db, data_dir)
-    if runner == "fake":
-        from factory.run.fake_runner import FakeSessionRunner
-
-        sr = FakeSessionRunner(calls=2, model=model)
-    else:
-        from factory.run.sandbox_runner import SandboxSessionRunner
-
-        sr = SandboxSessionRunner(image=image, model=model, time_limit_s=session_timeout)  # type: ignore[assignment]
-    cfg = RunConfig(proxy_url=proxy_url, data_dir=data_dir, concurrency=concurrency, limit=limit, lease_s=lease,
-                    max_attempts=max_attempts, backoff_s=backoff, wait_for_others=wait)  # fmt: skip
-    r = Runner(sessions, sr, cfg)
-    progress = Progress(console, proxy_url=proxy_url)
-    with progress.live():
-        r.run(on_tick=progress.tick)
-    progress.final(r)
+    # Many `run` processes may share a data folder (scale-out): no lock, but each reaps the dead ones.
+    with run_scope(data_dir, console, sandboxes=uses_sandboxes(settings.runner), exclusive=False) as ledger:
+        args = RunnerArgs(model=settings.model, image=settings.image, time_limit_s=settings.session_timeout,
+                          run_id=ledger.record.run_id)  # fmt: skip
+        r = Runner(sessions, get_runner(settings.runner, args), settings.config(proxy_url, data_dir))
+        progress = Progress(console, proxy_url=proxy_url)
+        with progress.live():
+            r.run(on_tick=progress.tick)
+        progress.final(r)
 
 
 @app.command()
 def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
-    """Counts of repositories, issues, translations and sessions."""
+    """Counts of repositories, issues, translations and sessions; sessions leased by dead runners of this
+    host, and what a reap of the data folder's dead runs would remove."""
     from sqlalchemy import func, select
 
     from factory.db import Issue, Repo, Session, Translation
+    from factory.run.lifecycle import preview
+    from factory.run.queue import dead_local_leases
 
     sessions = _sessions(db, data_dir)
     with sessions() as s:
-        out = {
+        out: dict[str, object] = {
             "repos": dict(s.execute(select(Repo.status, func.count()).group_by(Repo.status)).all()),
             "issues": s.scalar(select(func.count()).select_from(Issue)),
             "translations": dict(
@@ -235,6 +231,8 @@ def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
             ),
             "sessions": dict(s.execute(select(Session.status, func.count()).group_by(Session.status)).all()),
         }
+    out["dead_leases"] = [{"session": sid, "owner": owner} for sid, owner in dead_local_leases(sessions)]
+    out["reap"] = preview(data_dir)
     typer.echo(json.dumps(out, indent=1))
 
 
@@ -279,7 +277,9 @@ def push(
 
 
 @app.command()
+@settings_command(HarvestOptions)
 def harvest(
+    settings: HarvestOptions,
     data_dir: DataDir = Path("data"),
     db: Db = None,
     target_url: Annotated[
@@ -288,43 +288,22 @@ def harvest(
     github_token: Annotated[
         str | None, typer.Option(envvar="GITHUB_TOKEN", help="Unset: bundled sample")
     ] = None,
-    limit: Annotated[int, typer.Option(help="Sessions to run")] = 6,
-    concurrency: Annotated[int, typer.Option(min=1)] = 1,
-    agents: Annotated[str, typer.Option()] = "claude-code,codex,opencode",
-    langs: Annotated[str, typer.Option()] = "en,ko",
-    seed: Annotated[int, typer.Option()] = 0,
-    repos_limit: Annotated[int | None, typer.Option(help="GitHub: first N repositories only")] = None,
-    translate_limit: Annotated[int | None, typer.Option()] = None,
-    session_timeout: Annotated[float, typer.Option(help="Seconds an agent may run")] = 600.0,
-    target_model: Annotated[
-        str, typer.Option(help="CPU stand-in model when TARGET_URL is unset")
-    ] = "smollm2",
-    target_max_model_len: Annotated[int, typer.Option(help="Context the CPU stand-in accepts")] = 65536,
-    target_max_tokens: Annotated[
-        int, typer.Option(help="CPU stand-in: larger completion limits are lowered to this")
-    ] = 64,
-    upstream_api: Annotated[
-        str, typer.Option(help="chat (token ids on every call) or native, for a TARGET_URL")
-    ] = "chat",
-    target_arg: Annotated[
-        list[str] | None, typer.Option(help="Extra argument for `serve-target` (repeatable)")
-    ] = None,
-    held_out: Annotated[float, typer.Option()] = 0.05,
-    image: Annotated[str | None, typer.Option(help="Agents image (default: build or find)")] = None,
-    runner: Annotated[str, typer.Option(help="sandbox, or fake (scripted sessions, no Docker)")] = "sandbox",
 ) -> None:
     """The whole job: issues → target and proxy → translate → plan → Docker → run → export → summary."""
-    from factory.harvest import HarvestOptions, run_harvest
+    from factory.harvest import run_harvest
+    from sandboxes.ledger import DataDirBusy
 
-    opts = HarvestOptions(
-        data_dir=data_dir, db=db, target_url=target_url or None, github_token=github_token or None, limit=limit,
-        concurrency=concurrency, agents=agents, langs=langs, seed=seed, repos_limit=repos_limit,
-        translate_limit=translate_limit, session_timeout_s=session_timeout, target_model=target_model,
-        held_out=held_out, image=image, runner=runner, target_max_model_len=target_max_model_len,
-        upstream_api=upstream_api, target_max_tokens=target_max_tokens,
-        target_args=target_arg or [],
-    )  # fmt: skip
-    summary = run_harvest(opts, console)
+    own = {
+        "data_dir": data_dir,
+        "db": db,
+        "target_url": target_url or None,
+        "github_token": github_token or None,
+    }
+    try:
+        summary = run_harvest(settings.model_copy(update=own), console)
+    except DataDirBusy as exc:
+        console.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(3) from None
     typer.echo(json.dumps(summary, default=str))
 
 

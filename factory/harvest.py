@@ -2,281 +2,187 @@
 
 issues (GitHub with GITHUB_TOKEN, else the bundled sample) → services (the CPU stand-in target when
 TARGET_URL is unset, and the proxy) → translate what is missing → plan → Docker engine and images →
-run sessions → roll the proxy's spool → export → summary."""
+run sessions → roll the proxy's spool → export → summary.
+
+Before anything starts, the data folder is locked (a second live harvest on it is refused) and what dead
+runs of that folder left on this host is reaped (`factory.run.lifecycle`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Literal
 
-import httpx
+from pydantic import Field, field_validator
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 
 from factory.db import connect, default_url, session_factory
+from factory.ingest import sample
+from factory.ingest.translate import Translator, translate_missing
+from factory.publish.export import ExportStats, export
 from factory.run import queue
+from factory.run.lifecycle import run_scope
+from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
+from factory.run.progress import Progress
+from factory.run.runner import RunConfig, Runner
+from factory.run.runner_types import RunnerArgs, SessionRunner
+from factory.run.runners import get_runner, uses_sandboxes
+from factory.run.sandbox_runner import build_image, ensure_docker
+from factory.run.services import ServiceOptions, free_port, services
+from sandboxes.ledger import Ledger
+
+__all__ = ["HarvestOptions", "free_port", "run_harvest"]
 
 
-@dataclass
-class HarvestOptions:
-    data_dir: Path = Path("data")
-    db: str | None = None
-    target_url: str | None = None  # unset: start the CPU stand-in target
-    target_model: str = "smollm2"
-    # The agents ask for up to 32,000 completion tokens; a stand-in with its native 8,192-token context
-    # rejects every such call (as vLLM would). A longer limit lets the calls through; generation still
-    # ends at EOS or when the session's time is up.
-    target_max_model_len: int = 65536
-    # ...and a CPU cannot decode 32k tokens within a session: the stand-in lowers larger limits to this.
-    target_max_tokens: int = 64
-    # chat: the proxy translates Messages/Responses calls into Chat Completions, the only API whose
-    # answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
-    upstream_api: str = "chat"
-    target_args: list[str] = field(default_factory=list)  # extra `serve-target` arguments
-    github_token: str | None = None
-    limit: int = 6
-    concurrency: int = 1  # the CPU stand-in serves one forward at a time: more sessions only interleave
-    agents: str = "claude-code,codex,opencode"
-    langs: str = "en,ko"
-    seed: int = 0
-    repos_limit: int | None = None  # GitHub: only the first N repositories of repos.yaml
-    translate_limit: int | None = None
-    session_timeout_s: float = 600.0
-    proxy_port: int = 0  # 0: a free port
-    target_port: int = 0
-    held_out: float = 0.05
-    image: str | None = None
-    runner: str = "sandbox"  # or "fake": scripted sessions without Docker (tests, dry runs)
+class HarvestOptions(ServiceOptions):
+    """Every option of `harvest`; the command line is generated from these fields."""
+
+    db: str | None = Field(default=None, description="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db).")
+    github_token: str | None = Field(
+        default=None, description="GitHub token; unset: the bundled offline sample."
+    )
+    limit: int = Field(default=6, ge=0, description="Sessions to run.")
+    # The CPU stand-in serves one forward at a time: more sessions only interleave.
+    concurrency: int = Field(default=1, ge=1, description="Sessions run at once.")
+    agents: str = Field(
+        default="claude-code,codex,opencode",
+        description="Agents and weights: claude-code,codex=1,opencode=0.5.",
+    )
+    langs: str = Field(default="en,ko", description="Languages and weights: en,ko.")
+    seed: int = Field(default=0, description="Seed of the plan's sampling and order.")
+    repos_limit: int | None = Field(
+        default=None, ge=1, description="GitHub: the first N repositories of repos.yaml only."
+    )
+    translate_limit: int | None = Field(default=None, ge=0, description="Issues to translate at most.")
+    session_timeout: float = Field(default=600.0, gt=0, description="Seconds an agent may run.")
+    held_out: float = Field(
+        default=0.05, ge=0, lt=1, description="Fraction of repositories in the test split."
+    )
+    image: str | None = Field(default=None, description="Agents image (default: build or find).")
+    runner: Literal["sandbox", "fake"] = Field(
+        default="sandbox",
+        description="sandbox (each agent in a Docker sandbox), or fake (scripted sessions, no Docker).",
+    )
+    sandbox_command: str | None = Field(
+        default=None,
+        description="Run this shell command in each sandbox instead of the agent ({session}: the attempt's "
+        "proxy session id); for confinement checks and tests.",
+    )
+
+    @field_validator("agents")
+    @classmethod
+    def _agents(cls, v: str) -> str:
+        parse_mix(v, AGENTS)
+        return v
+
+    @field_validator("langs")
+    @classmethod
+    def _langs(cls, v: str) -> str:
+        parse_mix(v, LANGS)
+        return v
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+Sessions = sessionmaker[OrmSession]
 
 
-class Service:
-    """A child process with its log under DATA_DIR/logs, ready once `health_url` answers 200."""
-
-    def __init__(self, name: str, argv: list[str], health_url: str, log_dir: Path) -> None:
-        self.name, self.argv, self.health_url = name, argv, health_url
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout_s: float) -> None:
-        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.health_url, timeout=2).status_code == 200:
-                    return
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"{self.name} not ready after {timeout_s:.0f}s; see {self.log_path}")
-
-    def stop(self, timeout_s: float = 30) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-
-@contextlib.contextmanager
-def services(opts: HarvestOptions, console: Console) -> Iterator[tuple[str, str, str]]:
-    """(proxy URL, target URL, model id); both stopped on exit."""
-    started: list[Service] = []
-    logs = opts.data_dir / "logs"
-    py = sys.executable
-    try:
-        target = opts.target_url
-        if not target:
-            port = opts.target_port or free_port()
-            target = f"http://127.0.0.1:{port}"
-            console.print(f"[bold]target[/] starting the CPU stand-in ({opts.target_model}) on {target}")
-            svc = Service(
-                "target",
-                [
-                    py,
-                    "-m",
-                    "trainer",
-                    "serve-target",
-                    "--model",
-                    opts.target_model,
-                    "--port",
-                    str(port),
-                    "--max-model-len",
-                    str(opts.target_max_model_len),
-                    "--max-tokens-cap",
-                    str(opts.target_max_tokens),
-                    *opts.target_args,
-                ],
-                f"{target}/health",
-                logs,
-            )
-            svc.start(timeout_s=900)
-            started.append(svc)
-        models = httpx.get(f"{target.rstrip('/')}/v1/models", timeout=30).json()
-        model = str(models["data"][0]["id"])
-        pport = opts.proxy_port or free_port()
-        proxy = f"http://127.0.0.1:{pport}"
-        upstream_api = opts.upstream_api if opts.target_url else "chat"  # the stand-in speaks Chat only
-        console.print(
-            f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {opts.data_dir}/calls"
-        )
-        svc = Service(
-            "proxy",
-            [py, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1", "--port", str(pport),
-             "--data-dir", str(opts.data_dir), "--upstream-api", upstream_api],
-            f"{proxy}/healthz",
-            logs,
-        )  # fmt: skip
-        svc.start(timeout_s=120)
-        started.append(svc)
-        yield proxy, target, model
-    finally:
-        for svc in reversed(started):
-            svc.stop()
-
-
-def roll_calls(data_dir: Path) -> None:
-    subprocess.run([sys.executable, "-m", "proxy", "roll", "--data-dir", str(data_dir)], check=True)
-
-
-def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[str, object]:
-    from factory.ingest import sample
-    from factory.ingest.translate import Translator, translate_missing
-    from factory.publish.export import export
-    from factory.run.fake_runner import FakeSessionRunner
-    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
-    from factory.run.progress import Progress
-    from factory.run.runner import RunConfig, Runner
-    from factory.run.runner_types import SessionRunner
-    from factory.run.sandbox_runner import SandboxSessionRunner, build_image, ensure_docker
-
-    console = console or Console(stderr=True)
-    t0 = time.monotonic()
-    opts.data_dir.mkdir(parents=True, exist_ok=True)
-    db_url = opts.db or default_url(opts.data_dir)
-    sessions = session_factory(connect(db_url))
-    agents, langs = parse_mix(opts.agents, AGENTS), parse_mix(opts.langs, LANGS)
-    summary: dict[str, object] = {"db": db_url}
-
-    # 1. issues
-    if opts.github_token:
-        from factory.ingest import registry
-        from factory.ingest.github import GitHubClient
-        from factory.ingest.issues import DbEtagCache, harvest
-
-        reg = registry.load()
-        api = os.environ.get("GITHUB_API_URL", "https://api.github.com")
-        with GitHubClient(opts.github_token, base_url=api, cache=DbEtagCache(sessions)) as gh:
-            rep = harvest(sessions, reg, gh, limit_repos=opts.repos_limit,
-                          on_repo=lambda n, k: console.print(f"  {n}: +{k} issues"))  # fmt: skip
-        console.print(f"[bold]issues[/] +{rep.issues_new} from {rep.repos_ok} repositories")
-        if rep.missing:
-            console.print(f"[yellow]not found on GitHub (404):[/] {', '.join(rep.missing)}")
-        summary["issues_new"], summary["repos_missing"] = rep.issues_new, rep.missing
-    else:
+def _issues(opts: HarvestOptions, sessions: Sessions, console: Console) -> dict[str, object]:
+    if not opts.github_token:
         got = sample.install(sessions, opts.data_dir / "sample-repos")
         console.print(
             f"[bold]issues[/] bundled offline sample: +{got['issues']} issues, +{got['translations']} Korean"
         )
-        summary["issues_new"] = got["issues"]
+        return {"issues_new": got["issues"]}
+    from factory.ingest import registry
+    from factory.ingest.github import GitHubClient
+    from factory.ingest.issues import DbEtagCache, harvest
 
-    with services(opts, console) as (proxy, _target, model):
-        # 2. translations (tagged: kept out of the agent data)
-        tr = Translator(f"{proxy}/s/translate/v1", model=model)
-        counts = translate_missing(sessions, tr, limit=opts.translate_limit)
+    api = os.environ.get("GITHUB_API_URL", "https://api.github.com")
+    with GitHubClient(opts.github_token, base_url=api, cache=DbEtagCache(sessions)) as gh:
+        rep = harvest(sessions, registry.load(), gh, limit_repos=opts.repos_limit,
+                      on_repo=lambda n, k: console.print(f"  {n}: +{k} issues"))  # fmt: skip
+    console.print(f"[bold]issues[/] +{rep.issues_new} from {rep.repos_ok} repositories")
+    if rep.missing:
+        console.print(f"[yellow]not found on GitHub (404):[/] {', '.join(rep.missing)}")
+    return {"issues_new": rep.issues_new, "repos_missing": rep.missing}
+
+
+def _session_runner(opts: HarvestOptions, model: str, ledger: Ledger, console: Console) -> SessionRunner:
+    image = opts.image
+    if uses_sandboxes(opts.runner):
+        console.print(
+            "[bold]docker[/] ensuring the engine and the agents image (the first build takes minutes)"
+        )
+        ensure_docker()
+        image = image or build_image(lambda line: console.print(f"  {line}"))
+    args = RunnerArgs(model=model, image=image, time_limit_s=opts.session_timeout,
+                      run_id=ledger.record.run_id, command=opts.sandbox_command)  # fmt: skip
+    return get_runner(opts.runner, args)
+
+
+def _sessions_stage(
+    opts: HarvestOptions, sessions: Sessions, console: Console, ledger: Ledger
+) -> dict[str, object]:
+    """Services up → translate → plan → sessions; the services are stopped on the way out."""
+    summary: dict[str, object] = {}
+    with services(opts, console, ledger) as (proxy, _target, model):
+        # translations (tagged: kept out of the agent data)
+        counts = translate_missing(sessions, Translator(f"{proxy}/s/translate/v1", model=model),
+                                   limit=opts.translate_limit)  # fmt: skip
         console.print(f"[bold]translate[/] {counts['ok']} accepted, {counts['rejected']} rejected")
         summary["translated"] = counts
-        # 3. plan
-        ps = plan(sessions, PlanConfig(agents=agents, langs=langs, seed=opts.seed))
-        console.print(f"[bold]plan[/] +{ps.added} sessions ({ps.total} in the plan)")
-        # 4. Docker and images
-        session_runner: SessionRunner
-        if opts.runner == "fake":
-            session_runner = FakeSessionRunner(calls=2, model=model)
-        else:
-            console.print(
-                "[bold]docker[/] ensuring the engine and the agents image (the first build takes minutes)"
-            )
-            ensure_docker()
-            image = opts.image or build_image(lambda line: console.print(f"  {line}"))
-            session_runner = SandboxSessionRunner(
-                image=image, model=model, time_limit_s=opts.session_timeout_s
-            )
-        # 5. run
-        runner = Runner(
-            sessions,
-            session_runner,
-            RunConfig(
-                proxy_url=proxy, data_dir=opts.data_dir, concurrency=opts.concurrency, limit=opts.limit
-            ),
+        cfg = PlanConfig(
+            agents=parse_mix(opts.agents, AGENTS), langs=parse_mix(opts.langs, LANGS), seed=opts.seed
         )
+        ps = plan(sessions, cfg)
+        console.print(f"[bold]plan[/] +{ps.added} sessions ({ps.total} in the plan)")
+        session_runner = _session_runner(opts, model, ledger, console)
+        run_cfg = RunConfig(
+            proxy_url=proxy, data_dir=opts.data_dir, concurrency=opts.concurrency, limit=opts.limit
+        )
+        runner = Runner(sessions, session_runner, run_cfg)
         progress = Progress(console, proxy_url=proxy)
         with progress.live():
             stats = runner.run(on_tick=progress.tick)
         progress.final(runner)
         summary["run"] = {"done": stats.done, "agent_failed": stats.agent_failed,
                           "infra_failed": stats.infra_failed, "retries": stats.infra_retries}  # fmt: skip
-    # 6. the proxy is stopped: roll what it left in its spool, then export
-    roll_calls(opts.data_dir)
+    return summary
+
+
+def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[str, object]:
+    from sandboxes.gc import roll_spool
+
+    console = console or Console(stderr=True)
+    t0 = time.monotonic()
+    with run_scope(opts.data_dir, console, sandboxes=uses_sandboxes(opts.runner)) as ledger:
+        db_url = opts.db or default_url(opts.data_dir)
+        sessions = session_factory(connect(db_url))
+        summary: dict[str, object] = {"db": db_url, **_issues(opts, sessions, console)}
+        summary |= _sessions_stage(opts, sessions, console, ledger)
+        # the proxy is stopped: roll what it left in its spool, then export
+        console.print(f"[bold]roll[/] {roll_spool(opts.data_dir)}", soft_wrap=True)
     out = opts.data_dir / "dataset"
     es = export(sessions, opts.data_dir, out, held_out=opts.held_out)
     summary["dataset"] = str(out)
     summary["export"] = {"sessions": es.sessions, "calls": es.calls, "by_agent_lang": es.by_cell,
-                         "secrets": dict(es.secrets), "duplicates_dropped": es.duplicates_dropped}  # fmt: skip
+                         "secrets": dict(es.secrets), "duplicates_dropped": es.duplicates_dropped,
+                         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped}  # fmt: skip
     summary["elapsed_s"] = round(time.monotonic() - t0, 1)
     summary["queue"] = queue.counts(sessions)
     print_summary(console, summary, es)
     return summary
 
 
-def print_summary(console: Console, summary: dict[str, object], es: object) -> None:
-    from factory.publish.export import ExportStats
-
-    assert isinstance(es, ExportStats)
+def print_summary(console: Console, summary: dict[str, object], es: ExportStats) -> None:
     t = Table(title=f"harvest done in {summary['elapsed_s']} s · dataset: {summary['dataset']}")
     for col in ("agent", "language", "sessions", "calls", "prompt tokens", "completion tokens"):
         t.add_column(col, justify="right" if col not in ("agent", "language") else "left")
-    for cell, c in sorted(es.by_cell.items()):
-        agent, lang = cell.split("/")
-        t.add_row(
-            agent,
-            lang,
-            str(c["sessions"]),
-            str(c["calls"]),
-            f"{c['prompt_tokens']:,}",
-            f"{c['completion_tokens']:,}",
-        )
-    tot = es.totals()
-    t.add_row(
-        "all",
-        "",
-        str(tot["sessions"]),
-        str(tot["calls"]),
-        f"{tot['prompt_tokens']:,}",
-        f"{tot['completion_tokens']:,}",
-    )
+    rows = [(cell.split("/", 1), c) for cell, c in sorted(es.by_cell.items())]
+    for (agent, lang), c in [*rows, (["all", ""], es.totals())]:
+        t.add_row(agent, lang, str(c["sessions"]), str(c["calls"]),
+                  f"{c['prompt_tokens']:,}", f"{c['completion_tokens']:,}")  # fmt: skip
     console.print(t)
     console.print(f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}")

@@ -1,4 +1,4 @@
-"""Command line of the sandbox layer: build images, collect garbage, try one session."""
+"""Command line of the sandbox layer: build images, collect what dead runs left, try one session."""
 
 from __future__ import annotations
 
@@ -31,10 +31,19 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> None:
-    from sandboxes.gc import collect
+    from sandboxes.gc import collect, reap_data_dir
 
-    report = collect(_client(), run_id=args.run, everything=args.all)
-    typer.echo(json.dumps(asdict(report)))
+    report = collect(_client(), run_id=args.run, everything=args.all, dry_run=args.dry_run)
+    for data_dir in args.data_dir or []:
+        # The dead runs of that data folder: their processes, sandboxes and spool.
+        report.merge(reap_data_dir(data_dir, _client, dry_run=args.dry_run))
+    if args.json:
+        typer.echo(json.dumps(asdict(report)))
+        return
+    for line in report.lines("would remove" if args.dry_run else "removed"):
+        typer.echo(line)
+    if report.empty() and not report.spool_rolled:
+        typer.echo("nothing left by dead runs")
 
 
 def cmd_try(args: argparse.Namespace) -> None:
@@ -80,6 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     gc = sub.add_parser("gc", help="remove containers, networks and firewall rules left by dead runs")
     gc.add_argument("--run", help="only this run id")
     gc.add_argument("--all", action="store_true", help="also what live runs hold")
+    gc.add_argument(
+        "--data-dir",
+        type=Path,
+        action="append",
+        help="also reap the processes the dead runs of this data folder recorded, and roll its spool (repeatable)",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")
+    gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
     t = sub.add_parser("try", help="run one session and print its result as JSON")
     t.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
     t.add_argument("--repo", type=Path, required=True)

@@ -12,7 +12,7 @@ SESSION = f"{ROOT}.session"
 OWNER = f"{ROOT}.owner"
 
 
-def _start_time(pid: int) -> str | None:
+def process_start_time(pid: int) -> str | None:
     try:
         # Field 22 of /proc/PID/stat: start time in clock ticks since boot; tells a reused pid apart.
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -23,7 +23,7 @@ def _start_time(pid: int) -> str | None:
 
 def owner_token(pid: int | None = None) -> str:
     pid = pid or os.getpid()
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid)}"
+    return f"{socket.gethostname()}:{pid}:{process_start_time(pid)}"
 
 
 def owner_alive(token: str) -> bool:
@@ -32,7 +32,7 @@ def owner_alive(token: str) -> bool:
     if host != socket.gethostname():
         return True  # another machine's run: not ours to judge
     try:
-        return _start_time(int(pid)) == start
+        return process_start_time(int(pid)) == start
     except ValueError:
         return False
 

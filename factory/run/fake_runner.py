@@ -13,9 +13,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
+from factory.run.runner_types import InfraError, RunnerArgs, SessionOutcome, SessionSpec
 from records import session_prefix
+
+
+class FakeRunnerSettings(BaseSettings):
+    """How `--runner fake` behaves inside `harvest`/`run` (environment only: it is a test and demo aid)."""
+
+    model_config = SettingsConfigDict(env_prefix="DFLASH_FAKE_RUNNER_")
+
+    calls: int = Field(default=2, ge=0, description="Chat completions per session, through the proxy.")
+    sleep_s: float = Field(default=0.0, ge=0, description="Seconds each session lasts after its calls.")
+    log_path: Path | None = Field(
+        default=None, description="Append one JSON line per session start and finish."
+    )
 
 
 @dataclass
@@ -27,6 +41,11 @@ class FakeSessionRunner:
     model: str = "target"
     user_message: str | None = None  # what to send; default: the task text
     exit_status: int = 0
+
+    @classmethod
+    def from_args(cls, args: RunnerArgs) -> FakeSessionRunner:
+        env = FakeRunnerSettings()
+        return cls(sleep_s=env.sleep_s, log_path=env.log_path, calls=env.calls, model=args.model)
 
     def _log(self, event: str, spec: SessionSpec) -> None:
         if self.log_path is None:

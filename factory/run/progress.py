@@ -1,7 +1,9 @@
-"""The runner's live display: done, failed, running, sessions/hour, ETA, calls logged."""
+"""The runner's progress: on a terminal a live table (done, failed, running, sessions/hour, ETA, calls
+logged); off one (output piped to a file, CI, systemd, a cluster job) one plain line per finished session."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,13 +17,34 @@ from factory.run.runner import Runner, eta, proxy_records_written
 
 
 class Progress:
-    def __init__(self, console: Console | None = None, proxy_url: str | None = None, every_s: float = 2.0):
+    def __init__(
+        self,
+        console: Console | None = None,
+        proxy_url: str | None = None,
+        every_s: float = 2.0,
+        *,
+        plain: bool | None = None,
+    ):
         self.console = console or Console(stderr=True)
         self.proxy_url = proxy_url
         self.every_s = every_s
         self._last = 0.0
         self._live: Live | None = None
         self._calls0: int | None = None
+        # A live table is invisible (or garbage) in a file: off a terminal, print plain lines instead.
+        self.plain = (not self.console.is_terminal or not sys.stdout.isatty()) if plain is None else plain
+        self._printed = 0
+
+    def _line(self, runner: Runner, text: str) -> None:
+        c = queue.counts(runner.sessions)
+        st = runner.stats
+        self.console.print(
+            f"session {text} · done {c.get('done', 0)}, failed {c.get('failed', 0)}, "
+            f"pending {c.get('pending', 0)} · {st.rate_per_hour():.1f}/h",
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+        )
 
     def table(self, runner: Runner) -> Table:
         c = queue.counts(runner.sessions)
@@ -54,6 +77,12 @@ class Progress:
         return t
 
     def tick(self, runner: Runner) -> None:
+        if self.plain:
+            new = runner.stats.finished[self._printed :]
+            self._printed += len(new)
+            for text in new:
+                self._line(runner, text)
+            return
         now = time.monotonic()
         if self._live is None or now - self._last < self.every_s:
             return
@@ -62,6 +91,9 @@ class Progress:
 
     @contextmanager
     def live(self) -> Iterator[Progress]:
+        if self.plain:
+            yield self
+            return
         with Live(console=self.console, refresh_per_second=2, transient=False) as live:
             self._live = live
             try:
@@ -70,4 +102,14 @@ class Progress:
                 self._live = None
 
     def final(self, runner: Runner) -> None:
+        if self.plain:
+            self.tick(runner)  # any session finished after the last tick
+            st = runner.stats
+            self.console.print(
+                f"sessions: {st.done} done ({st.agent_failed} agent-failed), {st.infra_retries} retried, "
+                f"{st.infra_failed} failed by infrastructure",
+                soft_wrap=True,
+                highlight=False,
+            )
+            return
         self.console.print(self.table(runner))

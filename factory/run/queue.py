@@ -206,31 +206,40 @@ def release(sessions: sessionmaker[OrmSession], ids: list[str], owner: str) -> i
         return int(res.rowcount or 0)  # type: ignore[attr-defined]
 
 
-def reclaim_dead_local(sessions: sessionmaker[OrmSession]) -> int:
-    """Expire at once the leases held by processes of this host that no longer exist (a killed
-    runner), so a restart resumes immediately instead of waiting for the leases to run out."""
+def dead_local_leases(sessions: sessionmaker[OrmSession]) -> list[tuple[str, str]]:
+    """(session id, lease owner) of running sessions whose owner is a process of this host that no
+    longer exists (a killed runner)."""
     host = socket.gethostname()
-    with sessions.begin() as s:
+    with sessions() as s:
         rows = s.execute(
             select(Session.id, Session.lease_owner).where(
                 Session.status == "running", Session.lease_owner.like(f"{host}:%")
             )
         ).all()
-        dead = []
-        for sid, owner in rows:
-            try:
-                pid = int((owner or "").split(":")[1])
-            except (IndexError, ValueError):
-                continue
-            if pid != os.getpid() and not _alive(pid):
-                dead.append(sid)
-        if dead:
+    dead = []
+    for sid, owner in rows:
+        try:
+            pid = int((owner or "").split(":")[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            dead.append((sid, owner or ""))
+    return dead
+
+
+def reclaim_dead_local(sessions: sessionmaker[OrmSession]) -> int:
+    """Expire at once the leases held by processes of this host that no longer exist (a killed
+    runner), so a restart resumes immediately instead of waiting for the leases to run out."""
+    dead = dead_local_leases(sessions)
+    if dead:
+        with sessions.begin() as s:
             s.execute(
                 update(Session)
-                .where(Session.id.in_(dead))
+                .where(Session.id.in_([sid for sid, _ in dead]), Session.status == "running",
+                       Session.lease_owner.in_([owner for _, owner in dead]))
                 .values(lease_expires_at=utcnow() - dt.timedelta(seconds=1))
-            )
-        return len(dead)
+            )  # fmt: skip
+    return len(dead)
 
 
 def _alive(pid: int) -> bool:

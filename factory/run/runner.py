@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 import zstandard
+from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
@@ -33,17 +34,22 @@ from factory.run.tasks import build_task
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class RunConfig:
-    proxy_url: str
-    data_dir: Path
-    concurrency: int = 2
-    limit: int | None = None  # sessions this invocation may claim
-    lease_s: float = 300.0
-    max_attempts: int = 3
-    backoff_s: float = 30.0
-    poll_s: float = 2.0
-    wait_for_others: bool = False  # keep polling while other workers hold running sessions
+class RunConfig(BaseModel):
+    """How the runner claims and runs sessions (`factory run` generates its options from these fields)."""
+
+    proxy_url: str = Field(description="The proxy as the host sees it.")
+    data_dir: Path = Field(default=Path("data"), description="Transcripts and repository clones go here.")
+    concurrency: int = Field(default=2, ge=1, description="Worker threads, one session each.")
+    limit: int | None = Field(default=None, ge=0, description="Sessions this invocation may claim.")
+    lease_s: float = Field(default=300.0, gt=0, description="Lease seconds (renewed while running).")
+    max_attempts: int = Field(default=3, ge=1, description="Attempts before a session is failed.")
+    backoff_s: float = Field(
+        default=30.0, ge=0, description="First retry delay after an infrastructure failure."
+    )
+    poll_s: float = Field(default=2.0, gt=0, description="Seconds between claims when nothing is claimable.")
+    wait_for_others: bool = Field(
+        default=False, description="Keep polling while other workers hold sessions."
+    )
 
 
 @dataclass
@@ -56,6 +62,8 @@ class RunStats:
     infra_failed: int = 0
     lost_leases: int = 0
     in_flight: set[str] = field(default_factory=set)
+    # One line per session this process finished (in order), for progress off a terminal.
+    finished: list[str] = field(default_factory=list)
 
     def rate_per_hour(self) -> float:
         hours = max(1e-9, (time.monotonic() - self.started) / 3600)
@@ -186,6 +194,10 @@ class Runner:
                     self.stats.infra_retries += 1
                 else:
                     self.stats.lost_leases += 1
+                self.stats.finished.append(
+                    f"{c.id[:12]} {c.agent}/{c.lang} attempt {c.attempt}: infrastructure failure, "
+                    f"{status or 'lease lost'}: {detail.splitlines()[0][:160]}"
+                )
             log.warning("session %s attempt %d: %s -> %s", c.id, c.attempt, detail.splitlines()[0], status)
             return
         transcript = write_transcript(self.cfg.data_dir, c.proxy_session_id, outcome.transcript)
@@ -208,6 +220,8 @@ class Runner:
                 self.stats.done += 1
                 if outcome.error or outcome.exit_status not in (0, None):
                     self.stats.agent_failed += 1
+            how = "lease lost, result dropped" if not ok else outcome.error or f"exit {outcome.exit_status}"
+            self.stats.finished.append(f"{c.id[:12]} {c.agent}/{c.lang} attempt {c.attempt}: done ({how})")
 
     def _heartbeat(self) -> None:
         interval = max(0.5, self.cfg.lease_s / 3)

@@ -41,3 +41,14 @@ class SessionRunner(Protocol):
     def run(self, spec: SessionSpec) -> SessionOutcome:
         """Run one session; raise InfraError (or anything else) when the infrastructure failed."""
         ...
+
+
+@dataclass(frozen=True)
+class RunnerArgs:
+    """What every session runner is built from (`factory.run.runners.get_runner`)."""
+
+    model: str = "target"  # the model id the agents ask for
+    image: str | None = None  # agents image; None: build or find it
+    time_limit_s: float | None = None  # seconds an agent may run
+    run_id: str | None = None  # labels its sandboxes (reaped by this id once the run is dead)
+    command: str | None = None  # a shell command to run in each sandbox instead of the agent

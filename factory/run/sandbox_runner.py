@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
+from factory.run.runner_types import InfraError, RunnerArgs, SessionOutcome, SessionSpec
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,12 @@ def ensure_docker() -> None:
     if r.returncode != 0:
         raise InfraError(f"Docker engine unavailable:\n{r.stdout}{r.stderr}".strip())
     log.info(r.stdout.strip())
+
+
+def docker_client() -> Any:
+    import docker
+
+    return docker.from_env()
 
 
 def build_image(log_line: Any = print) -> str:
@@ -44,6 +50,7 @@ class SandboxSessionRunner:
         model: str = "target",
         time_limit_s: float | None = None,
         run_id: str | None = None,
+        command: str | None = None,
     ) -> None:
         import docker
 
@@ -55,7 +62,18 @@ class SandboxSessionRunner:
         self.model = model
         self.time_limit_s = time_limit_s
         self.run_id = run_id or f"factory-{socket.gethostname()}-{os.getpid()}"
+        self.command = command  # `{session}` in it becomes the attempt's proxy session id
         self._image_lock = threading.Lock()
+
+    @classmethod
+    def from_args(cls, args: RunnerArgs) -> SandboxSessionRunner:
+        return cls(
+            image=args.image,
+            model=args.model,
+            time_limit_s=args.time_limit_s,
+            run_id=args.run_id,
+            command=args.command,
+        )
 
     def _image(self) -> str:
         with self._image_lock:
@@ -83,6 +101,7 @@ class SandboxSessionRunner:
             model=self.model,
             time_limit_s=self.time_limit_s,
             settings=self.settings,
+            command=self.command.replace("{session}", spec.proxy_session_id) if self.command else None,
         )
         try:
             res = run_session(req, self._client)

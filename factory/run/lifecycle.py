@@ -1,0 +1,78 @@
+"""A run's life on its host: refuse a second live run on the same data folder, reap what dead runs of
+that folder left (their services, sandboxes, firewall rules; then roll their proxy's spool), record what
+this run starts, and remove its own leftovers however it ends."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+from rich.console import Console
+
+from factory.run.sandbox_runner import docker_client
+from sandboxes.gc import GcReport, collect, reap_data_dir
+from sandboxes.ledger import DataDirBusy, DataDirLock, Ledger
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DataDirBusy", "preview", "reap", "run_scope"]
+
+
+def new_run_id() -> str:
+    return f"factory-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _client_or_none() -> Callable[[], Any]:
+    def get() -> Any:
+        try:
+            client = docker_client()
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise RuntimeError(f"a dead run left sandboxes but no Docker engine answers: {exc}") from exc
+        return client
+
+    return get
+
+
+def reap(data_dir: Path, *, dry_run: bool = False) -> GcReport:
+    """What dead runs of `data_dir` left on this host, removed (or only listed with `dry_run`)."""
+    return reap_data_dir(data_dir, _client_or_none(), dry_run=dry_run)
+
+
+def preview(data_dir: Path) -> list[str]:
+    """What a reap would remove now, as lines (for `factory status`); an unreachable engine is said so."""
+    try:
+        return reap(data_dir, dry_run=True).lines("would remove")
+    except RuntimeError as exc:
+        return [str(exc)]
+
+
+@contextlib.contextmanager
+def run_scope(
+    data_dir: Path, console: Console, *, sandboxes: bool, exclusive: bool = True
+) -> Iterator[Ledger]:
+    """Hold the data folder (`exclusive`: a second live run on it is refused with `DataDirBusy`), reap
+    the dead runs' leftovers, then yield this run's ledger. On the way out, whatever the reason, this
+    run's own sandboxes still standing (a worker cut short by Ctrl-C) are removed and the ledger closed."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with DataDirLock(data_dir) if exclusive else contextlib.nullcontext():
+        report = reap(data_dir)
+        for line in report.lines():
+            console.print(f"[bold]reap[/] {line}", soft_wrap=True)
+        ledger = Ledger(data_dir, new_run_id(), sandboxes=sandboxes)
+        try:
+            yield ledger
+        finally:
+            if sandboxes:
+                with contextlib.suppress(Exception):  # best effort: the next run reaps what is left
+                    left = collect(docker_client(), run_id=ledger.record.run_id, everything=True)
+                    for line in left.lines():
+                        console.print(f"[bold]cleanup[/] {line}", soft_wrap=True)
+            ledger.close()

@@ -1,0 +1,166 @@
+"""The services a harvest starts: the CPU stand-in target (when no TARGET_URL is given) and the proxy.
+
+Each is a child process in its own process group (so a Ctrl-C on the terminal reaches the runner first,
+which stops claiming and stops them in order) that also dies with the run however the run dies: Linux's
+parent-death signal is armed in the child before it executes, and the run's ledger records its pid and
+start time, so the next run reaps it if the signal could not be delivered (another OS, a wedged child)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, Field
+from rich.console import Console
+
+from sandboxes.ledger import Ledger
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class ServiceOptions(BaseModel):
+    data_dir: Path = Field(default=Path("data"), description="Database, calls, logs and dataset.")
+    target_url: str | None = Field(
+        default=None, description="An OpenAI-compatible target; unset: start the CPU stand-in."
+    )
+    target_model: str = Field(default="smollm2", description="CPU stand-in model when TARGET_URL is unset.")
+    # The agents ask for up to 32,000 completion tokens; a stand-in with its native 8,192-token context
+    # rejects every such call (as vLLM would). A longer limit lets the calls through.
+    target_max_model_len: int = Field(default=65536, ge=1, description="Context the CPU stand-in accepts.")
+    # ...and a CPU cannot decode 32k tokens within a session: the stand-in lowers larger limits to this.
+    target_max_tokens: int = Field(
+        default=64, ge=1, description="CPU stand-in: larger completion limits are lowered to this."
+    )
+    # chat: Messages/Responses calls become Chat Completions, the only API whose answers carry exact
+    # token ids (vLLM and the stand-in alike); native relays each API as is.
+    upstream_api: Literal["chat", "native"] = Field(
+        default="chat", description="chat (token ids on every call) or native, for a TARGET_URL."
+    )
+    target_arg: list[str] = Field(
+        default_factory=list, description="Extra argument for `serve-target` (repeatable)."
+    )
+    proxy_port: int = Field(default=0, ge=0, le=65535, description="The proxy's port (0: a free one).")
+    target_port: int = Field(default=0, ge=0, le=65535, description="The stand-in's port (0: a free one).")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` arming SIGTERM on the parent's death (Linux), or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: the child only calls into it
+
+    def arm() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
+class Service:
+    """A child process with its log under DATA_DIR/logs, ready once `health_url` answers 200.
+
+    Start it from the thread that lives as long as the run: the parent-death signal follows the thread
+    that forked the child."""
+
+    def __init__(
+        self, name: str, argv: list[str], health_url: str, log_dir: Path, ledger: Ledger | None = None
+    ) -> None:
+        self.name, self.argv, self.health_url, self.ledger = name, argv, health_url, ledger
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float) -> None:
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with(os.getpid()),  # only prctl and getppid run between fork and exec
+            )
+        if self.ledger is not None:
+            self.ledger.add_process(self.name, self.proc.pid)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.health_url, timeout=2).status_code == 200:
+                    return
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready after {timeout_s:.0f}s; see {self.log_path}")
+
+    def stop(self, timeout_s: float = 30) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def _target(opts: ServiceOptions, console: Console, ledger: Ledger | None) -> tuple[str, Service | None]:
+    if opts.target_url:
+        return opts.target_url, None
+    port = opts.target_port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    console.print(f"[bold]target[/] starting the CPU stand-in ({opts.target_model}) on {url}")
+    argv = [sys.executable, "-m", "trainer", "serve-target", "--model", opts.target_model,
+            "--port", str(port), "--max-model-len", str(opts.target_max_model_len),
+            "--max-tokens-cap", str(opts.target_max_tokens), *opts.target_arg]  # fmt: skip
+    svc = Service("target", argv, f"{url}/health", opts.data_dir / "logs", ledger)
+    svc.start(timeout_s=900)
+    return url, svc
+
+
+@contextlib.contextmanager
+def services(
+    opts: ServiceOptions, console: Console, ledger: Ledger | None = None
+) -> Iterator[tuple[str, str, str]]:
+    """(proxy URL, target URL, model id); both stopped on exit."""
+    started: list[Service] = []
+    try:
+        target, svc = _target(opts, console, ledger)
+        started += [svc] if svc else []
+        models = httpx.get(f"{target.rstrip('/')}/v1/models", timeout=30).json()
+        model = str(models["data"][0]["id"])
+        pport = opts.proxy_port or free_port()
+        proxy = f"http://127.0.0.1:{pport}"
+        upstream_api = opts.upstream_api if opts.target_url else "chat"  # the stand-in speaks Chat only
+        console.print(
+            f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {opts.data_dir}/calls"
+        )
+        argv = [sys.executable, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1",
+                "--port", str(pport), "--data-dir", str(opts.data_dir), "--upstream-api", upstream_api]  # fmt: skip
+        if ledger is not None:
+            ledger.set_spool(opts.data_dir / "spool")
+        proxy_svc = Service("proxy", argv, f"{proxy}/healthz", opts.data_dir / "logs", ledger)
+        started.append(proxy_svc)
+        proxy_svc.start(timeout_s=120)
+        yield proxy, target, model
+    finally:
+        for s in reversed(started):
+            s.stop()
