@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
+
+from clikit import settings_command
+from standin.server import serve
+from trainer.dflash.engine import engine_factory
+from trainer.evaluate import eval_command
+from trainer.export import export_command
+from trainer.replay import replay_command
+from trainer.submit import submit_command
+from trainer.train import train_command
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -18,66 +29,51 @@ def main() -> None:
     """Every command is a named subcommand: `python -m trainer COMMAND`."""
 
 
-@app.command("serve-target")
-def serve_target(
-    model: str = typer.Option("smollm2", help="smollm2, tiny-qwen3, or a Hugging Face model directory."),
-    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on."),
-    max_model_len: int | None = typer.Option(
-        None, help="Context length (prompt + completion); default: the model's positions."
-    ),
-    served_model_name: str | None = typer.Option(
-        None, help="Model id in the API; default: the --model value."
-    ),
-    max_num_seqs: int = typer.Option(
-        4, help="Requests interleaved at once (one forward at a time); more wait."
-    ),
-    cache_dir: Path | None = typer.Option(
-        None, help="Model cache; default $DFLASH_CACHE or ~/.cache/dflash-factory."
-    ),
-    threads: int | None = typer.Option(
-        None, help="Torch CPU threads; default torch's choice. 1 decodes faster on a CPU shared with agents."
-    ),
-    log_level: str = typer.Option("info", help="debug, info, warning, error."),
-    max_tokens_cap: int | None = typer.Option(
-        None, help="Stand-in only: lower any larger requested completion limit to this (agents ask for 32k)."
-    ),
-    draft: Path | None = typer.Option(
+class ServeTargetSettings(BaseModel):
+    """`python -m trainer serve-target`: the stand-in server, optionally decoding with a DFlash drafter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("smollm2", description="smollm2, tiny-qwen3, or a Hugging Face model directory.")
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8000, ge=0, le=65535, description="Port to listen on.")
+    max_model_len: int | None = Field(
+        None, ge=1, description="Context length (prompt + completion); default: the model's positions."
+    )
+    served_model_name: str | None = Field(
+        None, description="Model id in the API; default: the --model value."
+    )
+    max_num_seqs: int = Field(
+        4, ge=1, description="Requests interleaved at once (one forward at a time); more wait."
+    )
+    cache_dir: Path | None = Field(
+        None, description="Model cache; default $DFLASH_CACHE or ~/.cache/dflash-factory."
+    )
+    threads: int | None = Field(
         None,
-        "--draft",
-        help="A DFlash drafter directory (an export or RUN_DIR/drafter): speculative decoding.",
-    ),
-) -> None:
-    """Serve a target on an OpenAI-compatible API shaped like vLLM's (CPU stand-in)."""
-    from standin.server import serve
-
-    factory = None
-    if draft is not None:
-        from trainer.dflash.engine import engine_factory
-
-        factory = engine_factory(draft)
-    serve(
-        model,
-        host=host,
-        port=port,
-        max_model_len=max_model_len,
-        served_model_name=served_model_name,
-        max_num_seqs=max_num_seqs,
-        cache_dir=cache_dir,
-        threads=threads,
-        engine_factory=factory,
-        log_level=log_level,
-        max_tokens_cap=max_tokens_cap,
+        ge=1,
+        description="Torch CPU threads; default torch's choice. 1 decodes faster on a CPU shared with agents.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+    max_tokens_cap: int | None = Field(
+        None,
+        ge=1,
+        description="Stand-in only: lower any larger requested completion limit to this (agents ask for 32k).",
+    )
+    draft: Path | None = Field(
+        None, description="A DFlash drafter directory (an export or RUN_DIR/drafter): speculative decoding."
     )
 
 
-# The drafter's commands: each implemented (with its options) in its own module.
-from trainer.evaluate import eval_command  # noqa: E402
-from trainer.export import export_command  # noqa: E402
-from trainer.replay import replay_command  # noqa: E402
-from trainer.submit import submit_command  # noqa: E402
-from trainer.train import train_command  # noqa: E402
+@app.command("serve-target")
+@settings_command(ServeTargetSettings)
+def serve_target(settings: ServeTargetSettings) -> None:
+    """Serve a target on an OpenAI-compatible API shaped like vLLM's (CPU stand-in)."""
+    options = settings.model_dump(exclude={"draft"})
+    serve(**options, engine_factory=engine_factory(settings.draft) if settings.draft else None)
 
+
+# The drafter's commands: each implemented (with its settings model) in its own module.
 app.command("train")(train_command)
 app.command("eval")(eval_command)
 app.command("export")(export_command)

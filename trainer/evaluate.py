@@ -25,6 +25,14 @@ from typing import Any
 
 import typer
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from clikit import settings_command
+from standin import load_target
+from standin.engine import Engine, SamplingParams
+from trainer.data.build import read
+from trainer.dflash.engine import DFlashSpeculative
+from trainer.dflash.model import DFlashDraftModel
 
 
 @dataclass
@@ -37,8 +45,6 @@ class Prompt:
 
 def held_out_prompts(eval_parquet: Path, n: int, max_prompt_len: int) -> list[Prompt]:
     """Up to ``n`` prompts from the held-out sequences written by the data build."""
-    from trainer.data.build import read
-
     return prompts_from_sequences(read(eval_parquet) if eval_parquet.exists() else [], n, max_prompt_len)
 
 
@@ -65,14 +71,35 @@ def prompts_from_sequences(seqs: list[Any], n: int, max_prompt_len: int) -> list
 
 def _decode(engine: Any, prompt: list[int], max_new: int) -> tuple[list[int], list[int], float]:
     """(tokens, tokens settled per forward after the first token, seconds)."""
-    from standin.engine import SamplingParams
-
     params = SamplingParams(max_tokens=max_new, temperature=0.0)
     t0 = time.perf_counter()
     chunks = [s.token_ids for s in engine.steps(prompt, params)]
     dt = time.perf_counter() - t0
     settled = [len(c) for c in chunks if c]
     return [t for c in chunks for t in c], settled[1:], dt
+
+
+def _compare(
+    plain: Engine, spec: Engine, p: Prompt, max_new: int
+) -> tuple[dict[str, Any], list[int], float, float]:
+    """One prompt decoded plainly and speculatively: its row in eval.json, tokens settled per verify
+    forward, and the two decode times."""
+    ref, _, t_plain = _decode(plain, p.ids, max_new)
+    got, settled, t_spec = _decode(spec, p.ids, max_new)
+    first_diff = next((j for j, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), None)
+    if first_diff is None and len(got) != len(ref):
+        first_diff = min(len(got), len(ref))
+    row = {
+        "agent": p.agent,
+        "language": p.language,
+        "prompt_tokens": len(p.ids),
+        "generated": len(got),
+        "verify_steps": len(settled),
+        "tau": round(sum(settled) / len(settled), 4) if settled else None,
+        "lossless": got == ref,
+        "first_mismatch": first_diff,
+    }
+    return row, settled, t_plain, t_spec
 
 
 def evaluate(
@@ -88,11 +115,6 @@ def evaluate(
     out_dir: str | Path | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    from standin import load_target
-    from standin.engine import Engine
-    from trainer.dflash.engine import DFlashSpeculative
-    from trainer.dflash.model import DFlashDraftModel
-
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
     n_prompts = n_prompts or int(cfg.get("eval_prompts", 8))
@@ -114,31 +136,16 @@ def evaluate(
     groups: dict[str, dict[str, list[int]]] = {"agent": defaultdict(list), "language": defaultdict(list)}
     plain_s = spec_s = 0.0
     for i, p in enumerate(prompts):
-        ref, _, t_plain = _decode(plain, p.ids, max_new)
-        got, settled, t_spec = _decode(spec, p.ids, max_new)
+        row, settled, t_plain, t_spec = _compare(plain, spec, p, max_new)
+        per_prompt.append(row)
         plain_s += t_plain
         spec_s += t_spec
-        same = got == ref
-        first_diff = next((j for j, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), None)
-        if first_diff is None and len(got) != len(ref):
-            first_diff = min(len(got), len(ref))
-        per_prompt.append(
-            {
-                "agent": p.agent,
-                "language": p.language,
-                "prompt_tokens": len(p.ids),
-                "generated": len(got),
-                "verify_steps": len(settled),
-                "tau": round(sum(settled) / len(settled), 4) if settled else None,
-                "lossless": same,
-                "first_mismatch": first_diff,
-            }
-        )
         groups["agent"][p.agent].extend(settled)
         groups["language"][p.language].extend(settled)
         if progress:
-            tau_i = per_prompt[-1]["tau"]
-            typer.echo(f"  prompt {i + 1}/{len(prompts)}: {len(p.ids)} tokens, tau {tau_i}, lossless {same}")
+            typer.echo(
+                f"  prompt {i + 1}/{len(prompts)}: {len(p.ids)} tokens, tau {row['tau']}, lossless {row['lossless']}"
+            )
     stats = strategy.spec_stats
     assert stats is not None
     all_steps = [n for g in groups["agent"].values() for n in g]
@@ -168,6 +175,8 @@ def evaluate(
 
 
 def plot_acceptance(result: dict[str, Any], path: Path) -> None:
+    # matplotlib is imported here, not at the top: it is the `train` extra's plotting dependency, takes
+    # about a second to import, and only this one function of the trainer draws anything.
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,22 +198,31 @@ def plot_acceptance(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+class EvalSettings(BaseModel):
+    """`python -m trainer eval`: what to decode and where the results go (defaults: the run's config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drafter: Path | None = Field(None, description="A drafter directory; default RUN_DIR/drafter.")
+    prompts: int | None = Field(None, ge=1, description="Held-out prompts; default the run's eval_prompts.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Tokens generated per prompt.")
+    block_size: int | None = Field(None, ge=2, description="Verify block size; default the drafter's.")
+    out: Path | None = Field(None, description="Where eval.json and acceptance.png go; default RUN_DIR.")
+
+
+@settings_command(EvalSettings)
 def eval_command(
+    settings: EvalSettings,
     run_dir: Path = typer.Argument(Path("runs/latest"), help="A run directory (runs/<name> or runs/latest)."),
-    drafter: Path | None = typer.Option(None, help="A drafter directory; default RUN_DIR/drafter."),
-    prompts: int | None = typer.Option(None, help="Held-out prompts; default the run's eval_prompts."),
-    max_new_tokens: int | None = typer.Option(None, help="Tokens generated per prompt."),
-    block_size: int | None = typer.Option(None, help="Verify block size; default the drafter's."),
-    out: Path | None = typer.Option(None, help="Where eval.json and acceptance.png go; default RUN_DIR."),
 ) -> None:
     """Tau by greedy speculative decoding on held-out prompts, and the lossless check against plain greedy."""
     r = evaluate(
         run_dir,
-        drafter_dir=drafter,
-        n_prompts=prompts,
-        max_new_tokens=max_new_tokens,
-        block_size=block_size,
-        out_dir=out,
+        drafter_dir=settings.drafter,
+        n_prompts=settings.prompts,
+        max_new_tokens=settings.max_new_tokens,
+        block_size=settings.block_size,
+        out_dir=settings.out,
     )
     acc = " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
     typer.echo(

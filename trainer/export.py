@@ -13,19 +13,20 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import torch
 import typer
+from pydantic import BaseModel, ConfigDict, Field
+
+from clikit import settings_command
+from trainer.dflash.config import REQUIRED_KEYS
+from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
 
 DTYPES = ("bfloat16", "float16", "float32")
 
 
 def export(run_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16") -> Path:
-    import torch
-
-    from trainer.dflash.config import REQUIRED_KEYS
-    from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
-
     run = Path(run_dir).resolve()
     src = run / "drafter" if (run / "drafter" / CONFIG_NAME).exists() else run
     if not (src / CONFIG_NAME).exists():
@@ -86,17 +87,24 @@ def _card(config: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+class ExportSettings(BaseModel):
+    """`python -m trainer export`: the exported weights' dtype."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="Weight dtype (released drafters: bfloat16)."
+    )
+
+
+@settings_command(ExportSettings)
 def export_command(
+    settings: ExportSettings,
     run_dir: Path = typer.Argument(..., help="A run directory (runs/<name> or runs/latest)."),
     out_dir: Path = typer.Argument(..., help="Where to write the Hugging Face directory."),
-    dtype: str = typer.Option(
-        "bfloat16", help=f"Weight dtype: {', '.join(DTYPES)} (released drafters: bfloat16)."
-    ),
 ) -> None:
     """Export a trained drafter as a Hugging Face directory in the released DFlash format."""
-    if dtype not in DTYPES:
-        raise typer.BadParameter(f"dtype must be one of {DTYPES}")
-    out = export(run_dir, out_dir, dtype)
+    out = export(run_dir, out_dir, settings.dtype)
     cfg = json.loads((out / "config.json").read_text())
     typer.echo(
         f"exported {out}: config.json + model.safetensors ({cfg['num_hidden_layers']} layers, block "

@@ -22,10 +22,14 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from clikit import settings_command
+from trainer.config import ConfigError, TrainConfig, run_name
 
 CONFIGS = Path(__file__).parent / "configs"
 BACKENDS = ("local", "slurm", "k8s")
@@ -198,8 +202,6 @@ def submit(
     overrides: list[str] | None = None,
     echo: Any = print,
 ) -> dict[str, Any]:
-    from trainer.train import TrainConfig, run_name
-
     cfg = TrainConfig.load(config, overrides or [])
     # launch.* only shapes the job; the training command gets the rest
     overrides = [o for o in overrides or [] if not o.strip().startswith("launch")]
@@ -255,19 +257,30 @@ def submit(
     return result
 
 
+class SubmitSettings(BaseModel):
+    """`python -m trainer submit`: which launcher, and whether to only print (the run config is `-c`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["local", "slurm", "k8s"] | None = Field(
+        None, description="The launcher; default: the config's launch.backend."
+    )
+    dry_run: bool = Field(False, description="Print the command / script / manifest; run and write nothing.")
+
+
+@settings_command(SubmitSettings)
 def submit_command(
+    settings: SubmitSettings,
     config: Path = typer.Option(
         Path("trainer/configs/train.yaml"), "--config", "-c", help="The run config (with a `launch` section)."
-    ),
-    backend: str | None = typer.Option(
-        None, help="local | slurm | k8s; default: the config's launch.backend."
-    ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print the command / script / manifest; run and write nothing."
     ),
     overrides: list[str] = typer.Option([], "--set", help="Override one config key: key=value."),
 ) -> None:
     """Launch training locally, or render + submit it as a Slurm batch job or a Kubernetes Job."""
-    res = submit(config, backend, dry_run, overrides, echo=typer.echo)
+    try:
+        res = submit(config, settings.backend, settings.dry_run, overrides, echo=typer.echo)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if res.get("returncode"):
         raise typer.Exit(int(res["returncode"]))

@@ -3,8 +3,8 @@
 - Session merge: an agent resends its whole history with every call. When a later call's prompt begins,
   token for token, with an earlier call's prompt + completion, the two become one sequence with two
   supervised spans, so the target runs once over the session instead of once per call.
-- Held-out split by a stable hash of the repository (the session when no repository is known): no
-  repository is on both sides.
+- Held-out split by a stable hash of the repository: no repository is on both sides. With fewer than two
+  repositories whole sessions are held out (whole sequences with one session), and the report says so.
 - A sequence longer than ``max_len`` is cut only where a supervised span ends; the unsupervised prompt
   before a span may lose its oldest tokens, a span is never cut (one that cannot fit is dropped, counted).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trainer.data.records import CallExample, Report, load_examples, read_rows
 from standin.model import Target
+from trainer.data.records import CallExample, Report, load_examples, read_rows
 
 SCHEMA = pa.schema(
     [
@@ -147,15 +147,35 @@ def cut(seq: Sequence, max_len: int, dropped: Counter[str]) -> list[Sequence]:
     return pieces
 
 
-def split_groups(seqs: list[Sequence], eval_fraction: float, hints: dict[str, str] | None = None) -> None:
-    """Mark ``split`` by a stable hash of each sequence's group; with two or more groups both sides get
-    at least one when ``eval_fraction`` > 0. Groups whose records come with their dataset's own split
-    (an export split by repository already) keep it."""
+def _session_key(s: Sequence) -> str:
+    return f"session:{s.session_id}" if s.session_id else f"calls:{','.join(s.call_ids)}"
+
+
+# The held-out unit, coarsest first: a repository split keeps near-duplicate code out of the eval side;
+# with fewer than two repositories (one harvested repository, the bundled sample) whole sessions are held
+# out instead, and with a single session whole sequences (chains of calls).
+_SPLIT_LEVELS: tuple[tuple[str, Callable[[Sequence], str]], ...] = (
+    ("repository", lambda s: s.group),
+    ("session", _session_key),
+    ("sequence", lambda s: f"sequence:{s.session_id}:{','.join(s.call_ids)}:{len(s.input_ids)}"),
+)
+
+
+def split_groups(
+    seqs: list[Sequence], eval_fraction: float, hints: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Mark ``split`` by a stable hash of each sequence's held-out unit; both sides get at least one unit
+    when ``eval_fraction`` > 0 and there are two or more. The unit is the repository, else (fewer than two
+    repositories) the session, else the sequence. Groups whose records come with their dataset's own
+    split (an export split by repository already) keep it. Returns how the split was made, for the report."""
     if hints and "eval" in hints.values():
         for s in seqs:
             s.split = hints.get(s.group, "train")
-        return
-    groups = sorted({s.group for s in seqs}, key=stable_fraction)
+        return {"by": "dataset split"}
+    level, key = next(
+        ((name, k) for name, k in _SPLIT_LEVELS if len({k(s) for s in seqs}) >= 2), _SPLIT_LEVELS[-1]
+    )
+    groups = sorted({key(s) for s in seqs}, key=stable_fraction)
     held = {g for g in groups if stable_fraction(g) < eval_fraction}
     if eval_fraction > 0 and len(groups) >= 2:
         if not held:
@@ -163,7 +183,15 @@ def split_groups(seqs: list[Sequence], eval_fraction: float, hints: dict[str, st
         if len(held) == len(groups):
             held.discard(groups[-1])
     for s in seqs:
-        s.split = "eval" if s.group in held else "train"
+        s.split = "eval" if key(s) in held else "train"
+    if level == "repository" and not all(g.startswith("repo:") for g in groups):
+        level = "repository (session where none is known)"
+    out = {"by": level}
+    if level in ("session", "sequence") and eval_fraction > 0:
+        out["note"] = f"fewer than two repositories: whole {level}s held out"
+    if eval_fraction > 0 and len(groups) < 2:
+        out["note"] = "a single sequence: nothing can be held out"
+    return out
 
 
 @dataclass
@@ -200,7 +228,7 @@ def build_from_examples(
     merged = merge_sessions(examples)
     merged_tokens = sum(len(s.input_ids) for s in merged)
     hints = {group_key(e): e.split_hint for e in examples if e.split_hint}
-    split_groups(merged, eval_fraction, hints)
+    how = split_groups(merged, eval_fraction, hints)
     dropped: Counter[str] = Counter()
     pieces = [p for s in merged for p in cut(s, max_len, dropped)]
     kept = []
@@ -212,7 +240,7 @@ def build_from_examples(
         kept.append(p)
     train = [s for s in kept if s.split == "train"]
     held = [s for s in kept if s.split == "eval"]
-    report = {
+    report: dict[str, Any] = {
         "records": rec_report.as_dict(),
         "calls": len(examples),
         "sessions": len({e.session_id or e.call_id for e in examples}),
@@ -237,6 +265,7 @@ def build_from_examples(
             for name, part in (("train", train), ("eval", held))
         },
     }
+    report["split"].update(how)
     return BuildResult(train, held, report)
 
 
@@ -249,6 +278,18 @@ def write(result: BuildResult, out_dir: str | Path) -> Path:
         )
     (out / "report.json").write_text(json.dumps(result.report, indent=2) + "\n")
     return out
+
+
+def summary_line(report: dict[str, Any], n_train: int) -> str:
+    """One line for the training log: what the data build kept, merged and held out."""
+    rec, split = report["records"], report["split"]
+    note = f" ({split['note']})" if split.get("note") else ""
+    return (
+        f"data: {rec['rows']} records, {rec['kept']} kept (excluded: {rec['excluded'] or 'none'}); "
+        f"{report['calls']} calls -> {report['merge']['sequences']} sequences (target tokens "
+        f"x{report['merge']['reduction']} fewer); train {n_train} / eval {split['eval']['sequences']} "
+        f"sequences, held out by {split.get('by', 'repository')}{note}"
+    )
 
 
 def read(path: str | Path) -> list[Sequence]:

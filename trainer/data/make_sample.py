@@ -17,21 +17,33 @@ A quarter of the sessions are in Korean, spread over the repositories. One tagge
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import typer
+from pydantic import BaseModel, ConfigDict, Field
 
+from clikit import settings_command
 from records import SCHEMA
 from standin import load_target
 from standin.engine import Engine, SamplingParams
+from trainer.data.sample_texts import (
+    CHAT_PROMPTS,
+    FOLLOW_EN,
+    FOLLOW_KO,
+    REPOS,
+    SYSTEMS,
+    TASKS_EN,
+    TASKS_KO,
+    TOOLS,
+)
 from wire import (
     anthropic_to_chat_request,
     chat_to_anthropic_message,
@@ -42,101 +54,6 @@ from wire import (
 )
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-        },
-    }
-    for name, desc, arg in (
-        ("read_file", "Read a file from the repository and return its contents.", "path"),
-        ("bash", "Run a shell command in the repository and return stdout and stderr.", "command"),
-        ("edit_file", "Replace the contents of a file with new text.", "path"),
-        ("grep", "Search the repository for a regular expression.", "pattern"),
-    )
-]
-
-SYSTEMS = {
-    "claude-code": (
-        "You are Claude Code, an interactive CLI coding agent. You help the user with software engineering "
-        "tasks in their repository. Use the tools to read files, run commands and edit code. Keep answers "
-        "short and precise. Before editing, read the file. After editing, run the tests. Never invent file "
-        "contents. When you call a tool, say which tool and why in one sentence.\n\nTools: read_file(path), "
-        "bash(command), edit_file(path, content), grep(pattern)."
-    ),
-    "codex": (
-        "You are Codex, a coding agent running in a terminal. You are working in a git repository. Follow the "
-        "user's instructions, inspect the code with shell commands, make minimal changes and verify them with "
-        "the project's tests. Report what you changed as a short summary with file paths.\n\nAvailable "
-        "commands: read_file, bash, edit_file, grep."
-    ),
-    "opencode": (
-        "You are opencode, an AI coding assistant. You operate in the user's project directory. Prefer small, "
-        "correct changes. Explain your plan first, then act with the tools: read_file to view files, bash to "
-        "run commands, edit_file to write changes, grep to search. Answer in the user's language."
-    ),
-}
-
-REPOS = [
-    ("acme/textparse", "src/textparse/split.py", 'def split_words(s):\n    return s.split(" ")\n'),
-    ("acme/calc", "calc/ops.py", "def divide(a, b):\n    return a / b\n"),
-    ("lumen/http-retry", "retry/backoff.py", "def delay(attempt):\n    return 2 ** attempt\n"),
-    (
-        "lumen/csvkit-lite",
-        "csvlite/read.py",
-        "def read_rows(path):\n    return open(path).read().split('\\n')\n",
-    ),
-    ("hanbit/todo-api", "app/routes.py", "@app.get('/todos')\ndef list_todos():\n    return db.all()\n"),
-    (
-        "hanbit/kv-store",
-        "kv/store.py",
-        "class Store:\n    def get(self, key):\n        return self.data[key]\n",
-    ),
-    ("oak/geometry", "geometry/shapes.py", "def area(r):\n    return 3.14 * r * r\n"),
-    (
-        "oak/dates",
-        "dates/parse.py",
-        "def parse(s):\n    y, m, d = s.split('-')\n    return int(y), int(m), int(d)\n",
-    ),
-    (
-        "pine/markdown-toc",
-        "toc/build.py",
-        "def headings(md):\n    return [l for l in md.splitlines() if l.startswith('#')]\n",
-    ),
-    ("pine/slugify", "slugify/core.py", "def slugify(s):\n    return s.lower().replace(' ', '-')\n"),
-    (
-        "river/cache",
-        "cache/lru.py",
-        "class LRU:\n    def __init__(self, n):\n        self.n = n\n        self.d = {}\n",
-    ),
-    ("river/cli-args", "cliargs/parse.py", "def parse(argv):\n    return dict(a.split('=') for a in argv)\n"),
-]
-
-TASKS_EN = [
-    "The tests in {test} fail. Find the bug in {path} and fix it.",
-    "Add a docstring and type hints to the function in {path}.",
-    "Handle the empty-input case in {path} and add a test for it.",
-    "Explain what {path} does and suggest one improvement.",
-]
-TASKS_KO = [
-    "{test}의 테스트가 실패합니다. {path}의 버그를 찾아서 고쳐 주세요.",
-    "{path}의 함수에 독스트링과 타입 힌트를 추가해 주세요.",
-    "{path}에서 빈 입력을 처리하고 테스트를 추가해 주세요.",
-]
-FOLLOW_EN = [
-    "Tool result (read_file {path}):\n```python\n{code}```\nWhat should change?",
-    "Tool result (bash `pytest -q {test}`):\n```\nF.\n=== FAILURES ===\nAssertionError: expected 3, got 2\n1 failed, 1 passed in 0.04s\n```\nContinue.",
-    "Tool result (bash `git diff`):\n```diff\n--- a/{path}\n+++ b/{path}\n@@ -1,2 +1,3 @@\n+# checked\n{code}```\nIs this diff correct? Then run the tests.",
-    "Tool result (grep 'def '):\n```\n{path}:1:{first}\n```\nNow write the fix.",
-]
-FOLLOW_KO = [
-    "도구 결과 (read_file {path}):\n```python\n{code}```\n무엇을 바꿔야 하나요?",
-    "도구 결과 (bash `pytest -q {test}`):\n```\n1 failed, 1 passed in 0.04s\n```\n계속해 주세요.",
-]
 
 
 def _session(rng: random.Random, i: int) -> dict[str, Any]:
@@ -175,6 +92,49 @@ def _api_response(api: str, chat_response: dict[str, Any], request: dict[str, An
     if api == "openai_responses":
         return chat_to_responses_response(chat_response, request)
     return chat_response
+
+
+def _record(
+    rng: random.Random,
+    s: dict[str, Any],
+    session_id: str,
+    api: str,
+    body: dict[str, Any],
+    upstream: dict[str, Any] | None,
+    chat_response: dict[str, Any],
+    prompt: list[int],
+    completion: list[int],
+    with_ids: bool,
+) -> dict[str, Any]:
+    """One call record as the proxy writes it (times are filled in by the caller)."""
+    finish = chat_response["choices"][0]["finish_reason"]
+    return {
+        "call_id": uuid.UUID(int=rng.getrandbits(128)).hex,
+        "session_id": session_id,
+        "agent": s["agent"],
+        "tag": None,
+        "api": api,
+        "method": "POST",
+        "path": {"anthropic_messages": "/v1/messages", "openai_responses": "/v1/responses"}.get(
+            api, "/v1/chat/completions"
+        ),
+        "model": chat_response["model"],
+        "stream": False,
+        "status_code": 200,
+        "outcome": "ok",
+        "request_json": json.dumps(body, ensure_ascii=False),
+        "upstream_request_json": json.dumps(upstream, ensure_ascii=False) if upstream else None,
+        "response_json": json.dumps(_api_response(api, chat_response, body), ensure_ascii=False),
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(completion),
+        "prompt_token_ids": prompt if with_ids else None,
+        "completion_token_ids": completion if with_ids else None,
+        "token_ids_source": "upstream" if with_ids else None,
+        "finish_reason": finish,
+        "translated": upstream is not None,
+        "repo": s["repo"],
+        "lang": s["language"],
+    }
 
 
 def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
@@ -221,43 +181,16 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
             }
             with_ids = api != "openai_chat" or (i + c) % 3 != 0  # some OpenCode calls carry no ids
             rows.append(
-                {
-                    "call_id": uuid.UUID(int=rng.getrandbits(128)).hex,
-                    "session_id": session_id,
-                    "agent": s["agent"],
-                    "tag": None,
-                    "api": api,
-                    "method": "POST",
-                    "path": {"anthropic_messages": "/v1/messages", "openai_responses": "/v1/responses"}.get(
-                        api, "/v1/chat/completions"
-                    ),
-                    "model": target_name,
-                    "stream": False,
-                    "status_code": 200,
-                    "outcome": "ok",
-                    "request_json": json.dumps(body, ensure_ascii=False),
-                    "upstream_request_json": json.dumps(upstream, ensure_ascii=False) if upstream else None,
-                    "response_json": json.dumps(_api_response(api, chat_response, body), ensure_ascii=False),
-                    "started_at": clock,
-                    "finished_at": clock + time.monotonic() - t0,
-                    "prompt_tokens": len(prompt),
-                    "completion_tokens": len(completion),
-                    "prompt_token_ids": prompt if with_ids else None,
-                    "completion_token_ids": completion if with_ids else None,
-                    "token_ids_source": "upstream" if with_ids else None,
-                    "finish_reason": finish,
-                    "translated": upstream is not None,
-                    "repo": s["repo"],
-                    "lang": s["language"],
-                }
+                _record(rng, s, session_id, api, body, upstream, chat_response, prompt, completion, with_ids)
             )
+            rows[-1]["started_at"], rows[-1]["finished_at"] = clock, clock + time.monotonic() - t0
             clock += 30.0
             messages.append({"role": "assistant", "content": text})
             if c < len(s["follows"]):
                 messages.append({"role": "user", "content": s["follows"][c]})
             else:
                 messages.append({"role": "user", "content": "Thanks. Summarise the change in one sentence."})
-        print(f"session {i + 1}/{sessions} ({s['agent']}, {s['language']}): {calls} calls", flush=True)
+        typer.echo(f"session {i + 1}/{sessions} ({s['agent']}, {s['language']}): {calls} calls")
     # what the trainer must leave out: a proxy-internal translation probe and a failed call
     probe = dict(rows[0], call_id=uuid.UUID(int=rng.getrandbits(128)).hex, tag="translation")
     failed = dict(
@@ -269,46 +202,6 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
         completion_token_ids=None,
     )
     return [*rows, probe, failed]
-
-
-CHAT_PROMPTS = [
-    "What is the capital of Australia?",
-    "Write a short poem about the sea.",
-    "Explain photosynthesis in simple terms.",
-    "Give me three tips for better sleep.",
-    "What is the difference between weather and climate?",
-    "Summarise the plot of Romeo and Juliet.",
-    "How do vaccines work?",
-    "Suggest a name for a coffee shop.",
-    "What are the planets of the solar system?",
-    "Why is the sky blue?",
-    "Tell me a fun fact about octopuses.",
-    "How do I make a cup of tea?",
-    "What is a healthy breakfast?",
-    "Describe the water cycle.",
-    "What causes earthquakes?",
-    "Write a thank-you note to a teacher.",
-    "What is the tallest mountain in the world?",
-    "How many continents are there? Name them.",
-    "Give me a recipe idea for dinner tonight.",
-    "What does a cat need to be happy?",
-    "Explain what a rainbow is.",
-    "What should I pack for a beach trip?",
-    "How can I learn a new language faster?",
-    "What is the meaning of the word 'serendipity'?",
-    "한국의 수도는 어디인가요?",
-    "건강한 아침 식사를 추천해 주세요.",
-    "봄에 가기 좋은 여행지를 알려 주세요.",
-    "Why do leaves change colour in autumn?",
-    "What is the best way to save money?",
-    "Write a limerick about a dog.",
-    "How does the moon affect tides?",
-    "What are some good habits for students?",
-    "Describe a sunset in two sentences.",
-    "What is chocolate made from?",
-    "Explain gravity to a child.",
-    "What are the primary colours?",
-]
 
 
 def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) -> list[dict[str, Any]]:
@@ -365,7 +258,7 @@ def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) ->
             }
         )
         clock += 10.0
-        print(f"chat {i + 1}/{prompts}", flush=True)
+        typer.echo(f"chat {i + 1}/{prompts}")
     return rows
 
 
@@ -380,24 +273,38 @@ def write(rows: list[dict[str, Any]], out: Path) -> Path:
     return path
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m trainer.data.make_sample")
-    ap.add_argument("--target", default="smollm2")
-    ap.add_argument("--sessions", type=int, default=20)
-    ap.add_argument("--calls", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=72)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--kind", choices=("agent", "chat"), default="agent")
-    ap.add_argument("--prompts", type=int, default=48, help="chat: how many single-turn prompts")
-    a = ap.parse_args()
+class SampleSettings(BaseModel):
+    """`python -m trainer.data.make_sample`: what to generate with the CPU target, and where."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = Field("smollm2", description="The target that answers (smollm2, tiny-qwen3, a model dir).")
+    kind: Literal["agent", "chat"] = Field("agent", description="Agent sessions, or single-turn chat.")
+    sessions: int = Field(20, ge=2, description="agent: sessions to generate.")
+    calls: int = Field(3, ge=1, description="agent: calls per session.")
+    prompts: int = Field(48, ge=1, description="chat: single-turn prompts.")
+    max_tokens: int = Field(72, ge=1, description="Completion tokens per call.")
+    seed: int = Field(0, description="Sampling and id seed.")
+    out: Path | None = Field(
+        None, description="Output directory; default trainer/data/sample/<target>[-chat]."
+    )
+
+
+@settings_command(SampleSettings)
+def sample_command(settings: SampleSettings) -> None:
+    """Generate the bundled sample of call records with the CPU target."""
+    a = settings
     if a.kind == "chat":
         rows = generate_chat(a.target, a.prompts, a.max_tokens, a.seed)
         path = write(rows, a.out or SAMPLE_DIR / f"{a.target}-chat")
     else:
         rows = generate(a.target, a.sessions, a.calls, a.max_tokens, a.seed)
         path = write(rows, a.out or SAMPLE_DIR / a.target)
-    print(f"wrote {len(rows)} call records to {path} ({path.stat().st_size / 1024:.0f} KiB)")
+    typer.echo(f"wrote {len(rows)} call records to {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def main() -> None:
+    typer.run(sample_command)
 
 
 if __name__ == "__main__":

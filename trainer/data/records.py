@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from wire import anthropic_to_chat_request, responses_to_chat_request
-from records.io import calls_dir, parquet_files, read_batches
+from records.io import read_batches
 from records.schema import COLUMNS as RECORD_COLUMNS
 from standin.model import Target
+from wire import anthropic_to_chat_request, responses_to_chat_request
 
 # Columns read from the call records (the proxy's Parquet, or the factory's exported dataset).
 COLUMNS = (

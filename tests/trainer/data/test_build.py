@@ -33,7 +33,8 @@ def test_calls_that_resend_the_history_merge_into_one_sequence() -> None:
     main = next(s for s in seqs if s.call_ids[0] == "c1")
     assert main.call_ids == ["c1", "c2", "c3"]
     assert main.input_ids == c3.prompt_ids + c3.completion_ids
-    assert main.span_starts == [12, 17, 20] and main.span_ends == [15, 19, 22]
+    assert main.span_starts == [12, 17, 20]
+    assert main.span_ends == [15, 19, 22]
     expected = [0] * 12 + [1, 1, 1] + [0, 0] + [1, 1] + [0] + [1, 1]
     assert main.loss_mask == expected  # earlier completions stay supervised; new prompt parts do not
 
@@ -50,7 +51,8 @@ def test_the_report_gives_the_reduction_in_target_tokens() -> None:
     c2 = call("c2", "s", 2, [1] * 100 + [2, 3] + [4] * 10, [5, 6])
     res = build_from_examples([c1, c2], Report(), max_len=1000, eval_fraction=0.0)
     m = res.report["merge"]
-    assert m["target_tokens_per_call"] == 102 + 114 and m["target_tokens_merged"] == 114
+    assert m["target_tokens_per_call"] == 102 + 114
+    assert m["target_tokens_merged"] == 114
     assert m["reduction"] == round(216 / 114, 3)
 
 
@@ -119,3 +121,24 @@ def test_built_data_round_trips_through_parquet(tmp_path) -> None:  # type: igno
     assert sorted(s.input_ids for s in back) == [[1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8, 9]]
     assert {s.split for s in back} == {"train", "eval"}
     assert (tmp_path / "report.json").exists()
+
+
+def test_one_repository_holds_out_whole_sessions_and_says_so() -> None:
+    # what `make harvest` records: every session works on the same repository
+    calls = [call(f"c{i}", f"s{i}", i, [1, 2, i + 10], [4, 5, 6], repo="org/only") for i in range(6)]
+    res = build_from_examples(calls, Report(), max_len=100, eval_fraction=0.1)
+    assert res.eval
+    assert res.train
+    assert res.report["split"]["by"] == "session"
+    assert "whole sessions held out" in res.report["split"]["note"]
+    held = {s.session_id for s in res.eval}
+    assert not held & {s.session_id for s in res.train}  # no session on both sides
+
+
+def test_one_session_holds_out_a_whole_sequence() -> None:
+    # two chains in one session (the second call does not extend the first), one repository
+    calls = [call("a", "s", 1, [1, 2, 3], [4, 5, 6], repo="r"), call("b", "s", 2, [9, 9], [7, 8], repo="r")]
+    res = build_from_examples(calls, Report(), max_len=100, eval_fraction=0.1)
+    assert len(res.eval) == 1
+    assert len(res.train) == 1
+    assert res.report["split"]["by"] == "sequence"

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from trainer.data.records import Excluded, empty_think_prefix, load_examples, to_example
 from standin import Target, load_target
+from trainer.data.records import Excluded, empty_think_prefix, load_examples, to_example
 
 TOOLS = [
     {
@@ -94,7 +94,8 @@ def test_stored_ids_are_used_as_is_and_only_the_completion_is_supervised(tiny: T
         ),
     )
     assert ex.source == "stored"
-    assert ex.prompt_ids == prompt and ex.completion_ids == completion
+    assert ex.prompt_ids == prompt
+    assert ex.completion_ids == completion
     assert ex.supervise == [1, 1, 1, 1]
 
 
@@ -102,9 +103,11 @@ def test_render_fallback_keeps_a_row_whose_lengths_match_the_usage(tiny: Target)
     ex = to_example(tiny, chat_row(tiny))
     prompt, completion = _rendered(tiny, MESSAGES, ASSISTANT)
     assert ex.source == "rendered"
-    assert ex.prompt_ids == prompt and ex.completion_ids == completion
+    assert ex.prompt_ids == prompt
+    assert ex.completion_ids == completion
     text = tiny.decode(ex.completion_ids, skip_special_tokens=False)
-    assert "<tool_call>" in text and text.endswith("<|im_end|>")  # the end-of-turn the model emitted; no "\n"
+    assert "<tool_call>" in text
+    assert text.endswith("<|im_end|>")
     assert ex.supervise[-1] == 1
 
 
@@ -126,7 +129,8 @@ def test_an_empty_thinking_block_is_never_supervised(tiny: Target) -> None:
     n = empty_think_prefix(tiny, ex.completion_ids)
     assert n > 0
     assert tiny.decode(ex.completion_ids[:n], skip_special_tokens=False).strip() == "<think>\n\n</think>"
-    assert ex.supervise[:n] == [0] * n and all(ex.supervise[n:])
+    assert ex.supervise[:n] == [0] * n
+    assert all(ex.supervise[n:])
     assert (
         empty_think_prefix(
             tiny, tiny.encode("<think>\nreal thoughts\n</think>\n\nHi", add_special_tokens=False)
@@ -167,7 +171,8 @@ def test_anthropic_rows_render_through_the_proxy_translation(tiny: Target) -> No
         finish_reason="tool_use",
     )
     ex = to_example(tiny, row)
-    assert ex.prompt_ids == chat.prompt_ids and ex.completion_ids == chat.completion_ids
+    assert ex.prompt_ids == chat.prompt_ids
+    assert ex.completion_ids == chat.completion_ids
 
 
 def test_translated_rows_render_the_request_actually_sent_upstream(tiny: Target) -> None:
@@ -194,7 +199,9 @@ def test_every_excluded_row_is_counted_by_reason(tiny: Target) -> None:
         {**good, "api": "weird_api"},
     ]
     examples, report = load_examples(tiny, rows)
-    assert len(examples) == 1 and report.rows == 7 and report.kept == 1
+    assert len(examples) == 1
+    assert report.rows == 7
+    assert report.kept == 1
     assert report.excluded == {
         "tagged:translation": 1,
         "not_ok": 1,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from records.io import calls_dir, parquet_files
 from tests.trainer.dflash.tiny import tiny_target, write_calls
 from trainer.data.build import build
-from trainer.data.records import calls_dir, parquet_files
 
 
 def test_the_exported_dataset_keeps_its_split_and_skips_the_sessions_config(tmp_path: Path) -> None:

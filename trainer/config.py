@@ -1,0 +1,139 @@
+"""The run config: one pydantic model, read from a YAML file plus ``key=value`` overrides.
+
+Every default lives here once. ``python -m trainer train`` generates its options from this model
+(``clikit.settings_command``); a YAML file and ``--set key=value`` overrides are merged first and the
+whole result is validated by the same model, so ``lr: 1e-4`` (a string to YAML 1.1) is a float and an
+unknown or mistyped key is an error that names the key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class ConfigError(ValueError):
+    """A run config that does not validate; the message names every offending key."""
+
+
+class TrainConfig(BaseModel):
+    """Everything a training run reads; written to ``runs/<name>/config.yaml``."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # what to train for, on what
+    target: str = Field("smollm2", description="smollm2, tiny-qwen3, or a Hugging Face model directory.")
+    data: str = Field(
+        "data",
+        description="Call records: DATA_DIR (its dataset/ export or calls/), a calls/ dir, a file, an export.",
+    )
+    sample_fallback: bool = Field(False, description="No records under `data`: use the bundled sample.")
+    model_filter: str | None = Field(None, description="Keep only calls whose `model` column equals this.")
+    runs_dir: str = Field("runs", description="Where run directories are created.")
+    name: str | None = Field(
+        None, description="Run name (re-using one resumes it); default <date>-<time>-<target>."
+    )
+    # the drafter (defaults: the released Qwen3-8B drafter's shape)
+    num_layers: int = Field(5, ge=1, description="Drafter decoder layers.")
+    block_size: int = Field(16, ge=2, description="Block size B (vLLM num_speculative_tokens = B-1).")
+    target_layer_ids: list[int] | None = Field(
+        None, description="Tapped target layers; default one per drafter layer, spread from 1 to n-3."
+    )
+    mask_token_id: int | None = Field(None, description="Mask token id; default chosen from the tokenizer.")
+    intermediate_size: int | None = Field(None, description="Drafter MLP width; default the target's.")
+    # data
+    max_len: int = Field(
+        3072, ge=8, description="Longest training sequence; longer ones are cut where a supervised span ends."
+    )
+    eval_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Held-out share of the groups.")
+    # optimisation (the DFlash paper's recipe)
+    epochs: float = Field(6.0, gt=0, description="Passes over the training sequences.")
+    lr: float = Field(6e-4, gt=0, description="Peak learning rate (AdamW).")
+    warmup: float = Field(0.04, ge=0, le=1, description="Warmup, as a fraction of the optimizer steps.")
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine floor, as a fraction of lr.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip (0: off).")
+    anchors: int = Field(
+        512, ge=1, description="Anchored blocks per sequence, all sharing one target forward."
+    )
+    gamma: float | None = Field(
+        None, gt=0, description="Loss decay; default 7 for B=16, 5 for B=10, 4 for B=8."
+    )
+    grad_accum: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
+    max_steps: int | None = Field(
+        None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
+    )
+    seed: int = Field(0, description="Seed of the sequence order, anchors and initialisation.")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 on GPU, float32 on CPU."
+    )
+    cache_features: bool = Field(
+        False, description="Keep each sequence's target features in RAM (tiny data)."
+    )
+    # bookkeeping
+    save_every: int = Field(0, ge=0, description="Optimizer steps between checkpoints (0: each epoch end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept (oldest deleted).")
+    log_every: int = Field(1, ge=1, description="Optimizer steps between metrics lines.")
+    # what `python -m trainer eval` does with this run by default
+    eval_prompts: int = Field(8, ge=1, description="Held-out prompts decoded by `eval`.")
+    eval_max_new_tokens: int = Field(64, ge=1, description="Tokens generated per held-out prompt.")
+    eval_max_prompt_len: int = Field(2048, ge=1, description="Longest held-out prompt.")
+    # launch settings for `python -m trainer submit` (not used by training itself)
+    launch: dict[str, Any] = Field(default_factory=dict, description="How `submit` launches the run.")
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        overrides: Sequence[str] = (),
+        explicit: Mapping[str, Any] | None = None,
+    ) -> TrainConfig:
+        """The YAML file, then each ``key=value`` (``launch.nodes=2`` sets one nested key), then
+        ``explicit`` values (command-line options), validated together."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise ConfigError(f"{path}: a run config is a mapping of keys to values")
+            values = loaded
+        for item in overrides:
+            key, sep, raw = item.partition("=")
+            if not sep:
+                raise ConfigError(f"override {item!r} is not key=value")
+            *parents, leaf = key.strip().split(".")
+            node = values
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = yaml.safe_load(raw)
+        values.update(explicit or {})
+        return cls.validated(values)
+
+    @classmethod
+    def validated(cls, values: Mapping[str, Any]) -> TrainConfig:
+        try:
+            return cls.model_validate(dict(values))
+        except ValidationError as exc:
+            raise ConfigError(describe(exc)) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+def describe(exc: ValidationError) -> str:
+    """One line per problem, naming the key (unknown keys together)."""
+    unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
+    lines = [f"unknown config keys: {', '.join(unknown)}"] if unknown else []
+    for e in exc.errors():
+        if e["type"] != "extra_forbidden":
+            key = ".".join(str(p) for p in e["loc"])
+            lines.append(f"config key {key}: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(lines)
+
+
+def run_name(cfg: TrainConfig) -> str:
+    return cfg.name or f"{time.strftime('%Y%m%d-%H%M%S')}-{Path(cfg.target).name}"

@@ -1,0 +1,85 @@
+"""The trainable side of a run: the drafter for the target, AdamW and its warmup + cosine schedule,
+prepared by accelerate (one process, DDP or FSDP)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from standin.model import Target
+from trainer.config import TrainConfig
+from trainer.dflash.config import make_draft_config, resolve_mask_token
+from trainer.dflash.model import DFlashDraftModel
+
+
+@dataclass
+class Drafting:
+    """The trainable side of a run, as accelerate prepared it, and the fixed facts the loop needs."""
+
+    model: nn.Module
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    config: Any  # the drafter's Qwen3Config (with the DFlash fields)
+    mask_id: int
+    mask_how: str
+    layer_ids: list[int]
+    micro_per_epoch: int
+    total_steps: int
+
+
+def frozen_weight(module: nn.Module) -> torch.Tensor:
+    """The weight of the target's embedding or LM head (the drafter reads both, frozen)."""
+    weight = module.weight
+    assert isinstance(weight, torch.Tensor)
+    return weight
+
+
+def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: int) -> Drafting:
+    mask_id, how = cfg.mask_token_id, "from the config"
+    if mask_id is None:
+        if target.tokenizer is None:
+            raise ValueError("set mask_token_id: the target has no tokenizer to choose one from")
+        mask_id, how = resolve_mask_token(target.tokenizer, frozen_weight(target.embed_tokens).shape[0])
+    dcfg = make_draft_config(
+        target.model.config,
+        num_hidden_layers=cfg.num_layers,
+        block_size=cfg.block_size,
+        mask_token_id=mask_id,
+        target_layer_ids=cfg.target_layer_ids,
+        intermediate_size=cfg.intermediate_size,
+    )
+    drafter = DFlashDraftModel(dcfg).to(acc.device)
+    n_params = sum(p.numel() for p in drafter.parameters())
+    acc.print(
+        f"drafter: {cfg.num_layers} layers, {n_params / 1e6:.2f}M parameters, block {cfg.block_size}, "
+        f"taps {drafter.target_layer_ids} of {target.num_layers}, mask token {mask_id} ({how})"
+    )
+    micro_per_epoch = math.ceil(n_seqs / acc.num_processes)
+    steps_per_epoch = max(1, math.ceil(micro_per_epoch / cfg.grad_accum))
+    total_steps = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    opt = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lr_lambda(total_steps, int(cfg.warmup * total_steps), cfg.min_lr_ratio)
+    )
+    model, opt, sched = acc.prepare(drafter, opt, sched)
+    return Drafting(
+        model, opt, sched, dcfg, mask_id, how, drafter.target_layer_ids, micro_per_epoch, total_steps
+    )
+
+
+def lr_lambda(total: int, warmup: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warmup over ``warmup`` steps, then cosine down to ``min_ratio`` of the peak at ``total``."""
+
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return f

@@ -1,0 +1,100 @@
+"""What a run shows and records while it trains: a progress bar (or plain lines) and ``metrics.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
+from trainer.dflash.helpers import acceptance_from_accuracy
+
+
+class Progress:
+    """A rich progress bar with loss, per-position accuracy and throughput (main process only); on a
+    non-terminal (a log file, CI) one line every 10 seconds instead."""
+
+    def __init__(self, total: int, start: int, block_size: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.show = min(block_size - 1, 6)
+        self._bar: RichProgress | None = None
+        self._last_log = 0.0
+        if enabled and sys.stdout.isatty():
+            self._bar = RichProgress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[stats]}"),
+            )
+            self._bar.start()
+            self._task = self._bar.add_task("train", total=total, completed=start, stats="")
+
+    def update(self, step: int, loss: float, acc: list[float], tok_s: float) -> None:
+        if not self.enabled:
+            return
+        accs = " ".join(f"{a:.2f}" for a in acc[: self.show])
+        stats = f"loss {loss:.3f} | acc@1..{self.show} {accs} | {tok_s:,.0f} tok/s"
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, stats=stats)
+        elif time.monotonic() - self._last_log > 10 or step == self.total:
+            self._last_log = time.monotonic()
+            typer.echo(f"step {step}/{self.total}: {stats}")
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+class Meter:
+    """Per-slot accuracy, loss and token counts since the last log line (this rank's share)."""
+
+    def __init__(self, block_size: int, device: torch.device) -> None:
+        self.correct = torch.zeros(block_size - 1, device=device)
+        self.total = torch.zeros(block_size - 1, device=device)
+        self.losses: list[float] = []
+        self.tokens = 0  # target tokens whose features fed the drafter, since the start of this process
+        self.supervised = 0
+
+    def add(
+        self, correct: torch.Tensor, total: torch.Tensor, loss: float, tokens: int, supervised: int
+    ) -> None:
+        self.correct += correct
+        self.total += total
+        self.losses.append(loss)
+        self.tokens += tokens
+        self.supervised += supervised
+
+    def record(
+        self, acc: Any, step: int, epoch: float, lr: float, world: int, elapsed: float
+    ) -> dict[str, Any]:
+        """The metrics line over every rank (``acc`` is the Accelerator: the counts are summed), then reset."""
+        c, t = acc.reduce(self.correct, "sum"), acc.reduce(self.total, "sum")
+        acc_pos = (c / t.clamp_min(1)).tolist()
+        rec = {
+            "step": step,
+            "epoch": round(epoch, 3),
+            "loss": round(sum(self.losses) / max(1, len(self.losses)), 5),
+            "lr": lr,
+            "acc": [round(a, 4) for a in acc_pos],
+            "tau_teacher_forced": round(float(acceptance_from_accuracy(c, t)), 3),
+            "tokens": self.tokens * world,
+            "elapsed_s": round(elapsed, 1),
+        }
+        self.correct.zero_()
+        self.total.zero_()
+        self.losses.clear()
+        return rec
+
+
+def append_jsonl(path: Path, rec: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(rec) + "\n")
