@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from records.dataset import PREFIX_COLUMNS, PromptIdsDecoder, expand_prompt_ids, window_of
 from records.schema import SCHEMA, schema_version
 
 # Column names older writers used, and their current names.
@@ -88,17 +89,30 @@ def conform(table: pa.Table | pa.RecordBatch, version: int | None = None) -> pa.
 def read_batches(
     path: str | Path, columns: Sequence[str] | None = None, batch_size: int = 1024
 ) -> Iterator[tuple[Path, pa.Table]]:
-    """(file, table) batches of the call records under `path`, conformed; only `columns` that exist."""
+    """(file, table) batches of the call records under `path`, conformed; only `columns` that exist.
+
+    A published `calls` shard stores prompt ids prefix-encoded (records/dataset.py): its full
+    `prompt_token_ids` are rebuilt here, file by file in stored order, whenever they are asked for."""
     for f in parquet_files(path):
         ds = pads.dataset(str(f), format="parquet")
         version = schema_version(ds.schema)
+        names = ds.schema.names
         wanted = None
         if columns is not None:
-            current = {LEGACY_NAMES.get(n, n): n for n in ds.schema.names}
+            current = {LEGACY_NAMES.get(n, n): n for n in names}
             wanted = [current[c] for c in columns if c in current]
-            wanted += [n for n in ds.schema.names if LEGACY_NAMES.get(n) in columns and n not in wanted]
+            wanted += [n for n in names if LEGACY_NAMES.get(n) in columns and n not in wanted]
+        encoded = "prompt_ids_suffix" in names and (columns is None or "prompt_token_ids" in columns)
+        helpers: list[str] = []
+        if encoded and wanted is not None:
+            helpers = [c for c in ("call_id", *PREFIX_COLUMNS) if c not in wanted]
+            wanted += helpers
+        decoder = PromptIdsDecoder(window_of(ds.schema)) if encoded else None
         for batch in ds.to_batches(columns=wanted, batch_size=batch_size):
-            yield f, conform(batch, version)
+            table = conform(batch, version)
+            if decoder is not None:
+                table = expand_prompt_ids(table, decoder).drop_columns(helpers)
+            yield f, table
 
 
 def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:

@@ -159,7 +159,12 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
         assert {split_of(r, 0.5) for r in calls[split]["repo"]} == {split}
     scrubbed = [r for s in calls for r in calls[s] if "REDACTED" in r["request_json"]]
     assert len(scrubbed) == 1
-    assert scrubbed[0]["prompt_token_ids"] is None
+    # no tokenizer was given, so the ids of the call with a secret cannot be searched: they are dropped
+    assert scrubbed[0]["prompt_ids_suffix"] is None
+    assert scrubbed[0]["ids_redacted"] is None
+    clean = [r for s in calls for r in calls[s] if "REDACTED" not in r["request_json"]]
+    assert all(r["prompt_ids_suffix"] == [1, 2, 3] and r["ids_exact"] for r in clean)
+    assert stats.exact_ids_fraction == (stats.calls - 1) / stats.calls
     assert {r["lang"] for s in sess for r in sess[s]} == {"en", "ko"}
     assert {r["agent"] for s in sess for r in sess[s]} == {"claude-code", "codex", "opencode"}
     assert all(r["n_calls"] >= 2 and r["outcome"] == "succeeded" for s in sess for r in sess[s])

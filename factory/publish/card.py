@@ -1,0 +1,242 @@
+"""What an export counted, and the dataset card, stats.json and plots made from it."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from records.dataset import PREFIX_WINDOW
+
+
+@dataclass
+class ExportStats:
+    sessions: int = 0
+    calls: int = 0
+    duplicates_dropped: int = 0
+    translation_calls_skipped: int = 0
+    stale_attempt_calls_skipped: int = 0
+    calls_with_ids: int = 0  # calls that reached the export with token ids
+    calls_with_ids_kept: int = 0  # … and still have them in the dataset
+    ids_redacted: int = 0  # … with a secret re-tokenized inside them
+    token_ids_dropped: int = 0  # … that lost them (a secret that could not be cut out of the ids)
+    secrets: Counter[str] = field(default_factory=Counter)  # in the text, per kind
+    secrets_in_ids: Counter[str] = field(default_factory=Counter)
+    by_split: Counter[str] = field(default_factory=Counter)  # calls
+    sessions_by_split: Counter[str] = field(default_factory=Counter)
+    by_cell: dict[str, dict[str, int]] = field(default_factory=dict)  # "agent/lang" -> counts
+    agents: Counter[str] = field(default_factory=Counter)  # "name/version" from User-Agent -> calls
+    target_models: Counter[str] = field(default_factory=Counter)
+    split_by: str = "repository"
+    split_note: str = ""
+    tokenizer: str | None = None
+    files: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes)
+
+    @property
+    def exact_ids_fraction(self) -> float | None:
+        """Of the calls that carried token ids, the fraction that still carries them (None: there were none)."""
+        return self.calls_with_ids_kept / self.calls_with_ids if self.calls_with_ids else None
+
+    def cell(self, agent: str, lang: str) -> dict[str, int]:
+        return self.by_cell.setdefault(
+            f"{agent}/{lang}", {"sessions": 0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        )
+
+    def totals(self) -> dict[str, int]:
+        return {
+            k: sum(c[k] for c in self.by_cell.values())
+            for k in ("sessions", "calls", "prompt_tokens", "completion_tokens")
+        }
+
+    def count_call(self, row: dict[str, Any], sess: dict[str, Any], split: str) -> None:
+        self.calls += 1
+        self.by_split[split] += 1
+        sess["n_calls"] += 1
+        sess["n_calls_exact_ids"] += bool(row.get("ids_exact"))
+        sess["prompt_tokens"] += row.get("prompt_tokens") or 0
+        sess["completion_tokens"] += row.get("completion_tokens") or 0
+        if row.get("agent_name"):
+            self.agents[f"{row['agent_name']}/{row.get('agent_version')}"] += 1
+            sess["agent_version"] = sess["agent_version"] or row.get("agent_version")
+        if row.get("target_model"):
+            self.target_models[row["target_model"]] += 1
+            sess["target_model"] = sess["target_model"] or row["target_model"]
+
+    def count_session(self, sess: dict[str, Any], split: str) -> None:
+        self.sessions += 1
+        self.sessions_by_split[split] += 1
+        c = self.cell(sess["agent"], sess["lang"])
+        c["sessions"] += 1
+        for k in ("calls", "prompt_tokens", "completion_tokens"):
+            c[k] += sess["n_calls" if k == "calls" else k]
+
+
+def stats_json(stats: ExportStats) -> dict[str, Any]:
+    return {
+        "sessions": stats.sessions, "calls": stats.calls, "duplicates_dropped": stats.duplicates_dropped,
+        "translation_calls_skipped": stats.translation_calls_skipped,
+        "stale_attempt_calls_skipped": stats.stale_attempt_calls_skipped,
+        "calls_with_ids": stats.calls_with_ids, "calls_with_ids_kept": stats.calls_with_ids_kept,
+        "exact_ids_fraction": stats.exact_ids_fraction, "ids_redacted": stats.ids_redacted,
+        "token_ids_dropped": stats.token_ids_dropped, "secrets_scrubbed": dict(stats.secrets),
+        "secrets_in_ids": dict(stats.secrets_in_ids), "calls_by_split": dict(stats.by_split),
+        "sessions_by_split": dict(stats.sessions_by_split), "split": {"by": stats.split_by, "note": stats.split_note},
+        "agents": dict(stats.agents), "target_models": dict(stats.target_models),
+        "by_agent_lang": stats.by_cell, "totals": stats.totals(), "files": dict(stats.files),
+    }  # fmt: skip
+
+
+def plots(stats: ExportStats, folder: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted(stats.by_cell)
+    if not cells:
+        return []
+    agents = sorted({c.split("/")[0] for c in cells})
+    langs = sorted({c.split("/")[1] for c in cells})
+    out = []
+    for metric, title in (("calls", "Model calls"), ("completion_tokens", "Completion tokens")):
+        fig, ax = plt.subplots(figsize=(6, 3.2), dpi=110)
+        width = 0.8 / max(1, len(langs))
+        for j, lang in enumerate(langs):
+            vals = [stats.by_cell.get(f"{a}/{lang}", {}).get(metric, 0) for a in agents]
+            ax.bar([i + j * width for i in range(len(agents))], vals, width, label=lang)
+        ax.set_xticks([i + width * (len(langs) - 1) / 2 for i in range(len(agents))], agents)
+        ax.set_title(f"{title} by agent and language")
+        ax.legend()
+        fig.tight_layout()
+        name = f"{metric}_by_agent_lang.png"
+        fig.savefig(folder / name, metadata={"Software": None})  # no version stamp: same input, same bytes
+        plt.close(fig)
+        out.append(f"plots/{name}")
+    return out
+
+
+def _yaml(stats: ExportStats) -> list[str]:
+    splits: dict[str, set[str]] = defaultdict(set)
+    for f, _ in stats.files:
+        _, config, name = f.split("/")
+        splits[config].add(name.split("-")[0])
+    lines = ["---", "license: other", "language:", "- en", "- ko", "task_categories:", "- text-generation",
+             "tags:", "- agents", "- coding-agents", "- speculative-decoding", "- dflash",
+             "pretty_name: DFlash factory agent traffic", "configs:"]  # fmt: skip
+    for config in ("calls", "sessions"):
+        if not splits.get(config):
+            continue
+        lines += [f"- config_name: {config}"] + (["  default: true"] if config == "calls" else [])
+        lines.append("  data_files:")
+        for split in sorted(splits[config], key=lambda s: (s != "train", s)):
+            lines += [f"  - split: {split}", f"    path: data/{config}/{split}-*.parquet"]
+    return [*lines, "---"]
+
+
+def _counts(c: Counter[str]) -> str:
+    return ", ".join(f"{k}: {v:,}" for k, v in sorted(c.items())) or "none"
+
+
+def card(stats: ExportStats, images: list[str], *, held_out: float, repo_id: str) -> str:
+    t = stats.totals()
+    rows = "\n".join(
+        f"| {cell.split('/')[0]} | {cell.split('/')[1]} | {c['sessions']:,} | {c['calls']:,} | "
+        f"{c['prompt_tokens']:,} | {c['completion_tokens']:,} |"
+        for cell, c in sorted(stats.by_cell.items())
+    )
+    frac = stats.exact_ids_fraction
+    kept = f"{frac:.1%}" if frac is not None else "n/a (no call carried ids)"
+    if stats.split_by == "repository":
+        split = f"`test` holds a stable ~{held_out:.0%} of *repositories* (sha256 of the name), so no repository appears in both splits."  # fmt: skip
+    else:
+        split = f"**{stats.split_note}.** (The rule: a stable ~{held_out:.0%} of repositories by sha256 of the name; with too few repositories for that, whole sessions by sha256 of their id.)"  # fmt: skip
+    ids_tool = (f"re-tokenized with the target's tokenizer (`{stats.tokenizer}`)" if stats.tokenizer
+                else "not searchable (no tokenizer was given), so a call whose text had a secret lost its ids")  # fmt: skip
+    return f"""{chr(10).join(_yaml(stats))}
+
+# DFlash factory: coding-agent traffic
+
+Real trajectories of coding agents solving GitHub issues in English and Korean, recorded call by call by
+the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a target model's own traffic.
+
+- **Target model**: {_counts(stats.target_models)} (calls per model name)
+- **Agents** (from each call's User-Agent, calls per version): {_counts(stats.agents)}
+
+## Contents
+
+- **calls**: {stats.calls:,} model calls ({_counts(stats.by_split)}): the exact request and response JSON,
+  usage, the target's exact prompt and completion token ids where it returned them (`ids_exact`), the
+  session's repository, issue, base commit, language and outcome, the agent and its version, the call's
+  turn in its session and its first-byte latency.
+- **sessions**: {stats.sessions:,} agent sessions ({_counts(stats.sessions_by_split)}): task, outcome, exit
+  status, duration, the agent's patch, call and token totals.
+
+| agent | language | sessions | calls | prompt tokens | completion tokens |
+|---|---|---:|---:|---:|---:|
+{rows}
+| **all** | | {t["sessions"]:,} | {t["calls"]:,} | {t["prompt_tokens"]:,} | {t["completion_tokens"]:,} |
+
+{chr(10).join(f"![{Path(p).stem}]({p})" for p in images)}
+
+## How to load it
+
+```python
+from datasets import load_dataset
+calls = load_dataset("{repo_id}", "calls")        # one row per model call
+sessions = load_dataset("{repo_id}", "sessions")  # one row per agent session
+```
+
+Prompt ids are stored prefix-encoded (an agent resends its whole history each call): a row holds the
+`call_id` of an earlier row of its session (`prompt_ids_ref`, within the last {PREFIX_WINDOW} rows of the
+same shard), how many leading ids it shares with it (`prompt_ids_prefix_len`) and the rest
+(`prompt_ids_suffix`). Rebuild them walking a split in stored order:
+
+```python
+from collections import OrderedDict
+def prompt_ids(rows, window={PREFIX_WINDOW}):
+    seen = OrderedDict()
+    for r in rows:
+        ids = r["prompt_ids_suffix"]
+        if ids is not None and r["prompt_ids_ref"] is not None:
+            ids = seen[r["prompt_ids_ref"]][: r["prompt_ids_prefix_len"]] + ids
+        seen[r["call_id"]] = ids
+        if len(seen) > window:
+            seen.popitem(last=False)
+        yield ids
+full = list(prompt_ids(calls["train"]))
+```
+
+## How it was made
+
+Issues come from public GitHub repositories, each checked out at its base commit in a confined sandbox;
+Korean tasks are validated machine translations. Every model call went through a logging proxy; only the
+calls of each session's final attempt are kept ({stats.stale_attempt_calls_skipped:,} calls of abandoned
+attempts and {stats.translation_calls_skipped:,} translation calls left out).
+
+- **Split**: {split}
+- **Deduplication**: {stats.duplicates_dropped:,} exact duplicate calls (same API, model, request and response) removed.
+- **Secrets**: API keys and tokens (detect-secrets plugins and own patterns: AWS, GitHub, GitLab, npm,
+  PyPI, OpenAI, Anthropic, Hugging Face, Slack, Stripe, …), private keys, passwords in URLs, secret-named
+  high-entropy assignments and e-mail addresses are replaced by `<REDACTED:kind>`; the agents' own public
+  constants (e.g. `noreply@anthropic.com` in Claude Code's prompt) are not secrets. In the text: {_counts(stats.secrets)}.
+  In token ids they were {ids_tool}: {_counts(stats.secrets_in_ids)}; {stats.ids_redacted:,} calls have
+  `ids_redacted = true`.
+- **Exact ids kept**: {kept} of the {stats.calls_with_ids:,} calls that carried token ids still carry them
+  ({stats.token_ids_dropped:,} lost them).
+
+## Limitations
+
+- Token ids exist only where the target returned them; `ids_exact = false` marks ids rendered afterwards
+  through the target's `/tokenize`, and rows with `ids_redacted = true` differ from what the model saw
+  inside the redacted span.
+- Secret detection is pattern- and entropy-based: it can miss a secret of an unknown shape and it
+  redacts some harmless strings (e.g. e-mail addresses in code).
+- The agents' behaviour depends on their versions and on the target model named above; calls of other
+  targets or agent versions may differ.
+
+## License
+
+Each row carries its repository's SPDX license (`repo_license`); issue texts and code excerpts remain
+under those licenses. The agent outputs were generated by the target model.
+"""

@@ -1,0 +1,121 @@
+"""Scrub a session's calls in linear, not quadratic, time.
+
+Each call of an agent session resends the whole conversation, so scanning every request (and every prompt's
+decoded ids) in full costs O(turns²) per session. Here a call is compared with the previous call of its
+session *as published* (already scrubbed): the part both share at the start and at the end is already
+clean, only the middle (with an overlap on each side, for a secret cut by the boundary) is scanned. A
+secret of an earlier call is not in the scrubbed previous call, so the shared start ends at it and it is
+scanned again: nothing is skipped that was ever found.
+
+State is one text and one id array per open session, dropped after the session's last call."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from factory.publish.redact_ids import IdsRedactor
+from factory.publish.scrub import Finding, Scrubber
+from records.dataset import common_prefix
+
+TEXT_OVERLAP = 4096  # characters scanned before / after the changed middle of a request
+IDS_OVERLAP = 1024  # tokens scanned before the new part of a prompt
+_BLOCK_START = "-----BEGIN"
+
+
+def _common_prefix_str(a: str, b: str) -> int:
+    """Length of the common prefix (binary search over slice comparisons, which run in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix_str(a: str, b: str, limit: int) -> int:
+    lo, hi = 0, min(len(a), len(b), limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid :] == b[len(b) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class SessionScrubber:
+    def __init__(self, scrubber: Scrubber, redactor: IdsRedactor | None, remaining: Counter[str]) -> None:
+        self.scrubber, self.redactor = scrubber, redactor
+        self.remaining = remaining  # calls of each session still to come
+        self._text: dict[str, str] = {}
+        self._ids: dict[str, np.ndarray] = {}
+
+    def seen(self, session: str) -> None:
+        """One call of `session` went by (kept or not); its state goes with its last call."""
+        self.remaining[session] -= 1
+        if self.remaining[session] <= 0:
+            self._text.pop(session, None)
+            self._ids.pop(session, None)
+
+    def text(self, session: str, text: str | None, counts: Counter[str]) -> tuple[str | None, int]:
+        """The request text scrubbed, scanning only what differs from the session's previous request."""
+        if not text:
+            return text, 0
+        prev = self._text.get(session)
+        start, end = 0, len(text)
+        if prev is not None:
+            p = _common_prefix_str(prev, text)
+            s = _common_suffix_str(prev, text, min(len(prev), len(text)) - p)
+            start, end = max(0, p - TEXT_OVERLAP), min(len(text), len(text) - s + TEXT_OVERLAP)
+            block = text.rfind(_BLOCK_START, 0, start)
+            if block >= 0:  # a key block that begins before the window may end inside it
+                start = block
+        found = [Finding(f.start + start, f.end + start, f.kind) for f in self.scrubber.find(text[start:end])]
+        out = self.scrubber.redact(text, found) if found else text
+        counts.update(f.kind for f in found)
+        self._text[session] = out
+        return out, len(found)
+
+    def prompt_ids(
+        self, session: str, ids: np.ndarray, counts: Counter[str]
+    ) -> tuple[np.ndarray | None, int]:
+        """The prompt ids with secrets re-tokenized (None: a secret could not be cut out cleanly)."""
+        assert self.redactor is not None
+        prev = self._ids.get(session)
+        start = max(0, common_prefix(prev, ids) - IDS_OVERLAP) if prev is not None else 0
+        if start:
+            region = self.redactor.decode(ids[start:])
+            end = region.find("-----END")
+            if end >= 0 and region.rfind(_BLOCK_START, 0, end) < 0:
+                start = 0  # a key block that begins before the window ends inside it
+        res = self.redactor.redact(ids, start)
+        if res is None:
+            return None, 0
+        out, found = res
+        counts.update(f.kind for f in found)
+        self._ids[session] = out
+        return out, len(found)
+
+    def completion_ids(self, ids: np.ndarray, counts: Counter[str]) -> tuple[np.ndarray | None, int]:
+        assert self.redactor is not None
+        res = self.redactor.redact(ids, 0)
+        if res is None:
+            return None, 0
+        counts.update(f.kind for f in res[1])
+        return res[0], len(res[1])
+
+
+def scrub_row(row: dict[str, Any], state: SessionScrubber, session: str, counts: Counter[str]) -> int:
+    """Scrub a `calls` row's text in place; returns the number of secrets found in its text."""
+    hits = 0
+    row["request_json"], n = state.text(session, row.get("request_json"), counts)
+    hits += n
+    for col in ("response_json", "error"):
+        row[col], n = state.scrubber.scrub(row.get(col), counts)
+        hits += n
+    return hits

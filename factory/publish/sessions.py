@@ -1,0 +1,107 @@
+"""The finished sessions to publish, read from the factory database, and the held-out split rule."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+from factory.db import Issue, Repo, Session, Translation
+from factory.run.tasks import build_task
+from records import attempt_id
+
+
+def _utc(t: dt.datetime | None) -> dt.datetime | None:
+    return t.replace(tzinfo=dt.UTC) if t is not None and t.tzinfo is None else t
+
+
+def _outcome(sess: Session) -> str:
+    if sess.status == "failed":
+        return "infra_failed"
+    if sess.error or (sess.exit_status not in (0, None)):
+        return "agent_failed"
+    return "succeeded"
+
+
+def session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any]]:
+    """Finished sessions (a `sessions` row each, totals at zero) keyed by their final attempt's proxy id."""
+    out: dict[str, dict[str, Any]] = {}
+    with sessions() as s:
+        rows = s.execute(
+            select(Session, Issue, Repo)
+            .join(Issue, Session.issue_id == Issue.id)
+            .join(Repo, Issue.repo_id == Repo.id)
+            .where(Session.status.in_(("done", "failed")))
+            .order_by(Session.id)
+        ).all()
+        ko = {
+            t.issue_id: t
+            for t in s.scalars(
+                select(Translation).where(Translation.status == "ok", Translation.lang == "ko")
+            )
+        }
+        for sess, issue, repo in rows:
+            title, body = issue.title, issue.body
+            if sess.lang == "ko" and issue.id in ko:
+                title, body = ko[issue.id].title or title, ko[issue.id].body or body
+            task = build_task(lang=sess.lang, repo=repo.name, language=repo.language,
+                              setup_hint=repo.setup_hint, number=issue.number, title=title, body=body)  # fmt: skip
+            key = sess.proxy_session_id or attempt_id(sess.id, sess.attempts)
+            out[key] = {
+                "session_id": sess.id, "repo": repo.name, "repo_language": repo.language,
+                "repo_license": repo.license, "issue_number": issue.number, "issue_url": issue.url,
+                "base_commit": issue.base_commit, "lang": sess.lang, "agent": sess.agent,
+                "agent_version": None, "target_model": None, "task": task, "outcome": _outcome(sess),
+                "exit_status": sess.exit_status, "error": sess.error,
+                "agent_session_id": sess.agent_session_id, "attempts": sess.attempts,
+                "duration_s": sess.duration_s, "started_at": _utc(sess.started_at),
+                "finished_at": _utc(sess.finished_at), "patch": sess.patch, "n_calls": 0,
+                "n_calls_exact_ids": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                "_done": sess.status == "done",
+            }  # fmt: skip
+    return out
+
+
+def _unit(text: str) -> float:
+    return int.from_bytes(hashlib.sha256(text.lower().encode()).digest()[:8], "big") / 2**64
+
+
+def split_of(repo: str, held_out: float) -> str:
+    """'test' for a stable `held_out` fraction of repositories, else 'train'."""
+    return "test" if _unit(repo) < held_out else "train"
+
+
+@dataclass
+class SplitPlan:
+    """Which split each session goes to, and the rule that decided it (for the card and stats)."""
+
+    by: str  # repository | session | none
+    splits: dict[str, str] = field(default_factory=dict)  # session_id -> train | test
+    note: str = ""
+
+
+def plan_splits(sessions: list[dict[str, Any]], calls: dict[str, int], held_out: float) -> SplitPlan:
+    """Hold out a stable fraction of repositories; when that leaves one split without calls (too few
+    repositories), hold out whole sessions instead: the ⌈held_out·n⌉ sessions with calls whose id hashes
+    lowest. A session never straddles the splits; only with a single session is there no `test`."""
+    by_repo = {s["session_id"]: split_of(s["repo"], held_out) for s in sessions}
+    with_calls = sorted(s["session_id"] for s in sessions if calls.get(s["session_id"], 0) > 0)
+    if {by_repo[sid] for sid in with_calls} == {"train", "test"}:
+        return SplitPlan("repository", by_repo)
+    repos = len({s["repo"] for s in sessions})
+    if len(with_calls) < 2:
+        return SplitPlan("none", dict.fromkeys(by_repo, "train"),
+                         f"only {len(with_calls)} session with calls: nothing could be held out")  # fmt: skip
+    k = min(len(with_calls) - 1, max(1, round(held_out * len(with_calls) + 0.5)))
+    test = set(sorted(with_calls, key=_unit)[:k])
+    splits = {sid: "test" if sid in test else "train" for sid in by_repo}
+    note = (
+        f"{repos} repositories are too few for a repository split: {k} whole session(s) are held out "
+        "instead, so a repository can appear in both splits"
+    )
+    return SplitPlan("session", splits, note)

@@ -1,0 +1,97 @@
+"""Parquet shards of one config/split, written as Arrow record batches while rows are built.
+
+Memory is bounded by one batch (`batch_rows` rows or `batch_bytes` of payload, whichever comes first),
+not by a shard: a batch becomes a row group of the open shard at once, and a shard is closed when its
+file reaches `max_bytes`. Token ids travel as int32 numpy arrays, never as lists of Python ints (a 30k-id
+list is about 1 MB of Python objects, the array 120 kB). Shards are renamed to the Hub's
+``<split>-xxxxx-of-xxxxx.parquet`` once their number is known.
+
+For `calls`, the writer owns the prompt-ids encoder (records/dataset.py): a row's `prompt_token_ids` is
+stored as a reference into the same shard plus a suffix, and the encoder starts afresh with each shard,
+so every shard decodes on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from records.dataset import PromptIdsEncoder
+
+
+class ShardWriter:
+    def __init__(
+        self,
+        folder: Path,
+        split: str,
+        schema: pa.Schema,
+        *,
+        max_bytes: int,
+        max_rows: int | None = None,
+        batch_rows: int = 256,
+        batch_bytes: int = 16 << 20,
+        encoder: PromptIdsEncoder | None = None,
+    ) -> None:
+        self.folder, self.split, self.schema = folder, split, schema
+        self.max_bytes, self.max_rows = max_bytes, max_rows
+        self.batch_rows, self.batch_bytes = batch_rows, batch_bytes
+        self.encoder = encoder
+        self.buf: list[dict[str, Any]] = []
+        self.buf_bytes = 0
+        self.parts: list[Path] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._shard_rows = 0
+
+    def add(self, row: dict[str, Any], nbytes: int = 0) -> None:
+        """Add one row (`nbytes`: its rough payload size, for batching)."""
+        if self._writer is None or self._full():
+            self._next_shard()
+        if self.encoder is not None:
+            ids = row.pop("prompt_token_ids", None)
+            ref, n, suffix = self.encoder.encode(row["call_id"], row.get("session_id") or "", ids)
+            row.update(prompt_ids_ref=ref, prompt_ids_prefix_len=n, prompt_ids_suffix=suffix)
+        self.buf.append(row)
+        self.buf_bytes += nbytes
+        self._shard_rows += 1
+        if len(self.buf) >= self.batch_rows or self.buf_bytes >= self.batch_bytes:
+            self._flush()
+
+    def _full(self) -> bool:
+        if self.max_rows is not None and self._shard_rows >= self.max_rows:
+            return True
+        return (
+            bool(self.parts) and self.parts[-1].exists() and self.parts[-1].stat().st_size >= self.max_bytes
+        )
+
+    def _next_shard(self) -> None:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f".{self.split}-{len(self.parts):05d}.tmp"
+        self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+        self.parts.append(path)
+        self._shard_rows = 0
+        if self.encoder is not None:
+            self.encoder.reset()
+
+    def _flush(self) -> None:
+        if not self.buf or self._writer is None:
+            return
+        self._writer.write_batch(pa.RecordBatch.from_pylist(self.buf, schema=self.schema))
+        self.buf, self.buf_bytes = [], 0
+
+    def close(self) -> list[Path]:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        n = len(self.parts)
+        out = []
+        for i, p in enumerate(self.parts):
+            final = p.with_name(f"{self.split}-{i:05d}-of-{n:05d}.parquet")
+            p.rename(final)
+            out.append(final)
+        return out
