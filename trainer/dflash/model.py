@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.nn.attention.flex_attention import flex_attention
 from transformers import Qwen3Config
 from transformers.activations import ACT2FN
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
@@ -76,8 +77,6 @@ _COMPILED_FLEX: dict[str, object] = {}
 
 def _flex_attention(device: torch.device):  # type: ignore[no-untyped-def]
     """flex_attention, compiled on CUDA (only compiled is it block-sparse and fused); eager elsewhere."""
-    from torch.nn.attention.flex_attention import flex_attention
-
     if device.type != "cuda":
         return flex_attention
     if "cuda" not in _COMPILED_FLEX:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.utils.checkpoint import checkpoint
 
 from trainer.dflash import helpers as H
+from trainer.dflash import layout as L
 
 
 @dataclass
@@ -21,29 +24,18 @@ class StepOutput:
     n_labels: int
 
 
-def _flex_mask(anchors: torch.Tensor, context_len: int, block_size: int, device: torch.device):  # type: ignore[no-untyped-def]
-    from torch.nn.attention.flex_attention import create_block_mask
+def _create(mod: Any, q: int, context_len: int, device: torch.device) -> BlockMask:
+    return create_block_mask(mod, B=None, H=None, Q_LEN=q, KV_LEN=context_len + q, device=device)
 
-    q = anchors.numel() * block_size
-    return create_block_mask(
-        H.block_mask_mod(anchors, context_len, block_size),
-        B=None,
-        H=None,
-        Q_LEN=q,
-        KV_LEN=context_len + q,
-        device=device,
-    )
+
+def _flex_mask(anchors: torch.Tensor, context_len: int, block_size: int, device: torch.device) -> BlockMask:
+    mod = H.block_mask_mod(anchors, context_len, block_size)
+    return _create(mod, anchors.numel() * block_size, context_len, device)
 
 
 def use_flex_attention(device: torch.device) -> bool:
     """Flex attention where it compiles (CUDA); SDPA with an explicit boolean mask otherwise."""
-    if device.type != "cuda":
-        return False
-    try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
-    except ImportError:  # pragma: no cover - old torch
-        return False
-    return True
+    return device.type == "cuda"
 
 
 def _ce_chunk(
@@ -67,18 +59,32 @@ def dflash_loss(
     weights: torch.Tensor,  # [B] from helpers.loss_weights
     flex: bool = False,
     chunk: int = 4096,
+    layout: L.Layout | None = None,
 ) -> StepOutput:
-    """Weighted block cross-entropy of ``drafter`` on one sequence (the drafter may be DDP/FSDP-wrapped)."""
+    """Weighted block cross-entropy of ``drafter`` on one sequence, or on a packed step when ``layout``
+    says which segment each position belongs to (the drafter may be DDP/FSDP-wrapped). The loss is
+    normalised by the summed weight of every label in the step, so each supervised token counts the
+    same whichever sequence it comes from."""
     t = input_ids.shape[0]
     a = anchors.numel()
     b = block_size
     dev = taps.device
     blk = H.block_input_ids(input_ids, anchors, b, mask_token_id)
     noise = F.embedding(blk, embed_weight).reshape(1, a * b, -1).to(taps.dtype)
-    pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
-    mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
+    mask: torch.Tensor | BlockMask
+    if layout is None:
+        pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
+        mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
+        labels, valid = H.block_labels(input_ids, loss_mask, anchors, b)
+    else:
+        pos = torch.cat([layout.pos, L.block_positions(anchors, b, layout).flatten()])[None]
+        mask = (
+            _create(L.mask_mod(anchors, b, layout), a * b, t, dev)
+            if flex
+            else L.attention_mask(anchors, b, layout)
+        )
+        labels, valid = L.block_labels(input_ids, loss_mask, anchors, b, layout)
     hidden = drafter(noise, taps, pos, mask)  # [1, A*B, H]
-    labels, valid = H.block_labels(input_ids, loss_mask, anchors, b)
     h = hidden.reshape(a, b, -1)[valid]
     y = labels[valid]
     w = weights.to(dev)[None, :].expand(a, b)[valid]

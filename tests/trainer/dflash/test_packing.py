@@ -1,0 +1,131 @@
+"""Packed steps and prefix sharing: the same loss as one sequence at a time, features computed once."""
+
+from __future__ import annotations
+
+import torch
+
+from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from trainer.data.build import Sequence
+from trainer.data.units import Segment, Unit, pack, session_units
+from trainer.dflash import helpers as H
+from trainer.dflash import layout as L
+from trainer.dflash.objective import dflash_loss
+from trainer.packed import make_step, unit_features
+
+B = 4
+
+
+def _seq(ids: list[int], sup_from: int, session: str | None = "s") -> Sequence:
+    mask = [0] * sup_from + [1] * (len(ids) - sup_from)
+    return Sequence(ids, mask, [sup_from], [len(ids)], session, "g")
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(1, 200, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def _loss(drafter, target, taps, ids, mask, anchors, layout=None, flex=False):  # type: ignore[no-untyped-def]
+    return dflash_loss(
+        drafter,
+        taps=taps,
+        input_ids=ids,
+        loss_mask=mask,
+        anchors=anchors,
+        embed_weight=target.embed_tokens.weight,
+        lm_head_weight=target.lm_head.weight,
+        block_size=B,
+        mask_token_id=MASK,
+        weights=H.loss_weights(B, 2.0),
+        layout=layout,
+        flex=flex,
+    )
+
+
+def _label_weight(ids, mask, anchors):  # type: ignore[no-untyped-def]
+    _, valid = H.block_labels(ids, mask, anchors, B)
+    return float((H.loss_weights(B, 2.0)[None, :].expand_as(valid) * valid).sum())
+
+
+def test_one_segment_layout_is_the_single_sequence_objective() -> None:
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    s = _seq(_ids(40, 0), 15)
+    ids, mask = torch.tensor(s.input_ids), torch.tensor(s.loss_mask)
+    taps = target.tap(ids[None], drafter.target_layer_ids)
+    anchors = torch.tensor([16, 20, 30, 37])
+    plain = _loss(drafter, target, taps, ids, mask, anchors)
+    packed = _loss(drafter, target, taps, ids, mask, anchors, layout=L.Layout.single(40, torch.device("cpu")))
+    assert torch.allclose(plain.loss, packed.loss)
+    assert torch.equal(plain.total, packed.total)
+
+
+def test_packing_two_documents_weighs_every_label_once_and_never_crosses_documents() -> None:
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    a, b = _seq(_ids(30, 1), 10, "x"), _seq(_ids(50, 2), 20, "y")
+    units = session_units([a, b])
+    assert len(units) == 2
+    step = make_step(target, units, drafter.target_layer_ids, torch.device("cpu"))
+    assert step.computed == 80  # different sessions share nothing
+    anchors_a, anchors_b = (
+        torch.tensor([12, 20, 28]),
+        torch.tensor([21, 33, 48]),
+    )  # 28, 48: blocks run off the end
+    packed = _loss(
+        drafter,
+        target,
+        step.taps,
+        step.input_ids,
+        step.loss_mask,
+        torch.cat([anchors_a, anchors_b + 30]),
+        step.layout,
+    )
+    parts = []
+    for s, anc in ((a, anchors_a), (b, anchors_b)):
+        ids, mask = torch.tensor(s.input_ids), torch.tensor(s.loss_mask)
+        out = _loss(drafter, target, target.tap(ids[None], drafter.target_layer_ids), ids, mask, anc)
+        parts.append((float(out.loss.detach()), _label_weight(ids, mask, anc), out.total))
+    expected = sum(loss * w for loss, w, _ in parts) / sum(w for _, w, _ in parts)
+    assert abs(float(packed.loss) - expected) < 1e-5  # per-label normalisation over the whole step
+    assert torch.equal(packed.total, parts[0][2] + parts[1][2])  # no label crossed into the other document
+
+
+def test_a_re_rendered_call_shares_its_common_prefix_and_sees_its_full_context() -> None:
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    system, turn1, reply1 = _ids(30, 3), _ids(8, 4), _ids(10, 5)
+    first = _seq(system + turn1 + reply1, 38)
+    # the template re-renders the earlier reply differently: no exact extension, but 38 tokens in common
+    second_ids = [*system, *turn1, 7, 7, *reply1[2:], *_ids(6, 6), *_ids(12, 7)]
+    second = _seq(second_ids, len(second_ids) - 12)
+    [unit] = session_units([first, second])
+    assert [s.shared for s in unit.segments] == [0, 38]
+    assert unit.computed == len(first.input_ids) + len(second_ids) - 38
+    # the shared features are what a forward over the second call's whole context gives
+    feats = unit_features(target, unit, drafter.target_layer_ids, torch.device("cpu"))
+    full = target.tap(torch.tensor(second_ids)[None], drafter.target_layer_ids)
+    assert torch.allclose(feats[:, len(first.input_ids) :], full[:, 38:], atol=1e-5)
+    # and the second call's loss on the packed unit equals its loss computed alone on its full context
+    step = make_step(target, [unit], drafter.target_layer_ids, torch.device("cpu"))
+    anchors = torch.tensor([len(second_ids) - 12, len(second_ids) - 7, len(second_ids) - 3])
+    alone = _loss(drafter, target, full, torch.tensor(second_ids), torch.tensor(second.loss_mask), anchors)
+    offset = len(first.input_ids) - 38
+    shared = _loss(drafter, target, step.taps, step.input_ids, step.loss_mask, anchors + offset, step.layout)
+    assert torch.allclose(alone.loss, shared.loss, atol=1e-5)
+    # flex attention's mask_mod is the same rule as the dense mask
+    dense = L.attention_mask(anchors + offset, B, step.layout)
+    mod = L.mask_mod(anchors + offset, B, step.layout)
+    q, t = dense.shape[0], step.layout.length
+    qi, ki = torch.arange(q)[:, None].expand(q, t + q), torch.arange(t + q)[None, :].expand(q, t + q)
+    assert torch.equal(mod(0, 0, qi, ki), dense)
+
+
+def test_pack_fills_steps_up_to_the_budget_and_splits_oversized_units() -> None:
+    units = [Unit([Segment(_seq(_ids(n, n), 1, None), 0)]) for n in (60, 50, 40, 30, 20)]
+    steps = pack(units, 100)
+    assert sorted(sorted(u.computed for u in s) for s in steps) == [[20, 30, 50], [40, 60]]
+    assert sum(len(s) for s in steps) == 5
+    assert all(sum(u.computed for u in s) <= 100 for s in steps)
+    big = Unit([Segment(_seq(_ids(80, 1), 1), 0), Segment(_seq(_ids(80, 2), 1), 30)])
+    [[p1], [p2]] = sorted(pack([big], 100), key=lambda s: s[0].segments[0].seq.input_ids)
+    assert {p1.segments[0].shared, p2.segments[0].shared} == {0}  # a split part computes its whole context
