@@ -32,7 +32,7 @@ from factory.db import Session
 from factory.publish.card import ExportStats, card, plots, stats_json
 from factory.publish.incremental import SessionScrubber, scrub_row
 from factory.publish.redact_ids import IdsRedactor
-from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, payload_bytes, read_calls
+from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, read_calls
 from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import SplitPlan, plan_splits, session_rows, split_of
 from factory.publish.shards import ShardWriter
@@ -174,7 +174,7 @@ def _write_calls(
             turns[proxy_sid] += 1
             _scrub(row, proxy_sid, state, stats)
             split = plan.splits[sess["session_id"]]
-            writers("calls", split).add(row, payload_bytes(row))
+            writers("calls", split).add(row)
             stats.count_call(row, sess, split)
         finally:
             if proxy_sid:

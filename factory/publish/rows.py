@@ -128,9 +128,3 @@ def call_row(
         ids_redacted=False if has_ids else None,
     )
     return row
-
-
-def payload_bytes(row: dict[str, Any]) -> int:
-    """Rough size of a row's payload, for batching the writes."""
-    n = sum(len(row.get(c) or "") for c in ("request_json", "response_json"))
-    return n + sum(4 * len(v) for c in IDS_COLUMNS if (v := row.get(c)) is not None)

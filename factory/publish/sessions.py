@@ -90,6 +90,8 @@ def plan_splits(sessions: list[dict[str, Any]], calls: dict[str, int], held_out:
     repositories), hold out whole sessions instead: the ⌈held_out·n⌉ sessions with calls whose id hashes
     lowest. A session never straddles the splits; only with a single session is there no `test`."""
     by_repo = {s["session_id"]: split_of(s["repo"], held_out) for s in sessions}
+    if held_out <= 0:
+        return SplitPlan("none", by_repo, "no held-out split was asked for (held_out = 0)")
     with_calls = sorted(s["session_id"] for s in sessions if calls.get(s["session_id"], 0) > 0)
     if {by_repo[sid] for sid in with_calls} == {"train", "test"}:
         return SplitPlan("repository", by_repo)

@@ -36,7 +36,8 @@ class ShardWriter:
     ) -> None:
         self.folder, self.split, self.schema = folder, split, schema
         self.max_bytes, self.max_rows = max_bytes, max_rows
-        self.batch_rows, self.batch_bytes = batch_rows, batch_bytes
+        # a batch stays well under a shard, so shards are cut near `max_bytes`
+        self.batch_rows, self.batch_bytes = batch_rows, min(batch_bytes, max(1, max_bytes // 8))
         self.encoder = encoder
         self.buf: list[dict[str, Any]] = []
         self.buf_bytes = 0
@@ -44,8 +45,8 @@ class ShardWriter:
         self._writer: pq.ParquetWriter | None = None
         self._shard_rows = 0
 
-    def add(self, row: dict[str, Any], nbytes: int = 0) -> None:
-        """Add one row (`nbytes`: its rough payload size, for batching)."""
+    def add(self, row: dict[str, Any]) -> None:
+        """Add one row; it is written with the batch it completes."""
         if self._writer is None or self._full():
             self._next_shard()
         if self.encoder is not None:
@@ -53,7 +54,7 @@ class ShardWriter:
             ref, n, suffix = self.encoder.encode(row["call_id"], row.get("session_id") or "", ids)
             row.update(prompt_ids_ref=ref, prompt_ids_prefix_len=n, prompt_ids_suffix=suffix)
         self.buf.append(row)
-        self.buf_bytes += nbytes
+        self.buf_bytes += _payload(row)
         self._shard_rows += 1
         if len(self.buf) >= self.batch_rows or self.buf_bytes >= self.batch_bytes:
             self._flush()
@@ -95,3 +96,14 @@ class ShardWriter:
             p.rename(final)
             out.append(final)
         return out
+
+
+def _payload(row: dict[str, Any]) -> int:
+    """Rough uncompressed size of a row: its text and its ids."""
+    n = 0
+    for v in row.values():
+        if isinstance(v, str | bytes):
+            n += len(v)
+        elif v is not None and hasattr(v, "__len__"):
+            n += 4 * len(v)
+    return n
