@@ -11,13 +11,18 @@ is replaced by identical bytes, never duplicated."""
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import typer
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from clikit import settings_command
 from records.storage import Store
 
 log = logging.getLogger(__name__)
@@ -156,3 +161,62 @@ class Uploader:
             if failures:
                 pause = min(self.backoff_max_s, self.backoff_s * 2**failures)
                 self._pause_until = time.monotonic() + pause
+
+
+class UploaderSettings(BaseSettings):
+    """`python -m proxy.uploader`: the uploader as its own process, next to a proxy on the same data dir."""
+
+    model_config = SettingsConfigDict(env_prefix="DFLASH_UPLOAD_", extra="ignore")
+
+    data_dir: Path = Field(
+        Path("data"), description="The proxy's data dir; parts are taken from DATA_DIR/calls."
+    )
+    store_url: str = Field(
+        description="Where the parts go (s3://bucket/run, gs://…, a folder): STORE_URL/calls/<part>; "
+        "credentials and endpoint from the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS)."
+    )
+    poll_s: float = Field(1.0, gt=0, description="Seconds between looks for new parts.")
+    attempts: int = Field(3, ge=1, description="Tries per part within one sweep.")
+    backoff_s: float = Field(0.5, gt=0, description="First wait after a failed try (doubling).")
+    backoff_max_s: float = Field(30.0, gt=0, description="Longest wait between tries and between sweeps.")
+    once: bool = Field(False, description="Upload what is there and exit (non-zero if parts are left).")
+    drain_s: float = Field(30.0, ge=0, description="On SIGTERM or with --once: how long to keep trying.")
+
+    def uploader(self) -> Uploader:
+        return Uploader(
+            self.data_dir / "calls",
+            Store.from_url(self.store_url),
+            poll_s=self.poll_s,
+            attempts=self.attempts,
+            backoff_s=self.backoff_s,
+            backoff_max_s=self.backoff_max_s,
+        )
+
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+@app.command()
+@settings_command(UploaderSettings)
+def main(settings: UploaderSettings) -> None:
+    """Upload DATA_DIR/calls/*.parquet to STORE_URL/calls/, removing each part once the store confirmed it."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    up = settings.uploader()
+    if settings.once:
+        left = up.drain(settings.drain_s)
+        typer.echo(f"uploaded {up.stats.uploaded} part(s) to {settings.store_url}; {left} left")
+        raise typer.Exit(1 if left else 0)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    up.start()
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    left = up.close(settings.drain_s)
+    typer.echo(f"uploaded {up.stats.uploaded} part(s) to {settings.store_url}; {left} left")
+
+
+if __name__ == "__main__":
+    app()

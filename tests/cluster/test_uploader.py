@@ -99,3 +99,19 @@ def test_local_folder_as_the_store(tmp_path: Path) -> None:
     made = _parts(calls, 2)
     assert _fast(calls, store).drain(5) == 0
     assert sorted(p.name for p in (tmp_path / "shared" / "calls").iterdir()) == sorted(made)
+
+
+def test_cli_once_uploads_and_reports(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from proxy.uploader import app
+
+    made = _parts(tmp_path / "data" / "calls", 2)
+    args = ["--data-dir", str(tmp_path / "data"), "--store-url", str(tmp_path / "store"), "--once"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "uploaded 2 part(s)" in res.output
+    assert sorted(p.name for p in (tmp_path / "store" / "calls").iterdir()) == sorted(made)
+    missing = CliRunner().invoke(app, ["--data-dir", str(tmp_path / "data"), "--once"])
+    assert missing.exit_code == 2
+    assert "store" in missing.output
