@@ -150,6 +150,8 @@ def parse_log(text: str) -> list[EgressHit]:
         if len(parts) != 6:
             continue
         ts, status, method, url, sent, received = parts
+        if method == "-":  # a connection that sent no request (the readiness probe)
+            continue
         # CONNECT logs `host:port`; plain HTTP logs the whole URL.
         host = urlsplit(url).hostname if "://" in url else url.rsplit(":", 1)[0]
         hits.append(EgressHit(float(ts), status, method, host or url, int(received), int(sent)))

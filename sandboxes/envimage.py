@@ -15,7 +15,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class SetupOutcome:
     attempts: int = 0
     seconds: float = 0.0
     tail: str = ""
+    egress: list[dict[str, object]] = field(default_factory=list)  # what the setup fetched, host and bytes
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -149,6 +150,7 @@ def _build(
     )
     with Sandbox(spec, client) as box:
         res = box.exec(["sh", "-c", plan.setup], timeout=limit)
+        fetched = [asdict(h) for h in box.egress.hits()] if box.egress else []
         tail = (res.stdout + res.stderr).decode(errors="replace")[-4000:]
         if res.exit_code != 0:
             why = (
@@ -160,7 +162,8 @@ def _build(
                 "failed",
                 None,
                 reason=f"setup `{plan.setup}`: {why}",
-                seconds=time.monotonic() - t0,
+                seconds=round(time.monotonic() - t0, 2),
+                egress=fetched,
                 tail=tail,
             )
         absorbed = box.exec(["sh", "-c", ABSORB], timeout=300)
@@ -185,16 +188,25 @@ def _build(
         except docker.errors.APIError as exc:
             why = "out of disk" if "no space left" in str(exc).lower() else "commit failed"
             return SetupOutcome("failed", None, reason=f"{why}: {exc}", tail=tail)
-    return SetupOutcome("built", tag, base, seconds=round(time.monotonic() - t0, 2), tail=tail)
+    return SetupOutcome(
+        "built", tag, base, seconds=round(time.monotonic() - t0, 2), tail=tail, egress=fetched
+    )
 
 
 def gc_env_images(
-    client: docker.DockerClient, settings: SandboxSettings, *, now: float | None = None, dry_run: bool = False
+    client: docker.DockerClient,
+    settings: SandboxSettings,
+    *,
+    now: float | None = None,
+    dry_run: bool = False,
+    repo_id: str | None = None,
 ) -> list[str]:
-    """Remove environment images past `env_max_age_days`, then the oldest until they fit `env_budget_gb`."""
+    """Remove environment images past `env_max_age_days`, then the oldest until they fit `env_budget_gb`
+    (only `repo_id`'s images when given)."""
     now = time.time() if now is None else now
     images = []
-    for img in client.images.list(filters={"label": f"{KIND}=env"}):
+    wanted = [f"{KIND}=env"] + ([f"dflash.env.repo={repo_id}"] if repo_id else [])
+    for img in client.images.list(filters={"label": wanted}):
         labels = img.labels
         family = labels.get("dflash.env.family_image", "")
         try:
