@@ -56,3 +56,31 @@ def sqlite_url(tmp_path) -> str:
 def db_url(request) -> str:
     """Each test using this runs once on SQLite and once on PostgreSQL."""
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture(scope="module")
+def scripted_upstream() -> Iterator[str]:
+    """The scripted model server (a GPU target cannot run here) as a process of its own."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    from factory.run.services import free_port
+
+    port = free_port()
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.Popen([sys.executable, "-m", "tests.fakes.scripted_upstream", "--port", str(port)], cwd=root,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    yield url
+    p.terminate()
+    p.wait(10)

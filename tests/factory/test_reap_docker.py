@@ -1,0 +1,88 @@
+"""The same kill-and-restart with real sandboxes: a harvest whose session runs in a confined Docker
+sandbox (a short command in place of an agent: it makes one real call through the proxy, then waits) is
+killed with `kill -9` while the session is in flight; the restart on the same data folder removes the
+dead run's container, network and firewall rules and stops its processes, the session completes once
+and the dead attempt's call is rolled from the spool (dropped from the export as a stale attempt)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from factory.db import Session, connect, default_url, session_factory
+from factory.run.services import free_port
+
+from .reaping import all_gone, finish, harvest, kill9, ledger, processes, records_written, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CALL = (
+    "python3 -c \"import json,os,urllib.request as u; u.urlopen(u.Request(os.environ['DFLASH_PROXY_URL']"
+    "+'/s/{session}/v1/chat/completions', data=json.dumps({'model': 'target', 'messages': [{'role': 'user', "
+    "'content': 'hi'}], 'max_tokens': 4}).encode(), headers={'content-type': 'application/json'})).read()\""
+)
+
+
+@pytest.fixture(scope="module")
+def docker_client():  # type: ignore[no-untyped-def]
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # any failure to reach the engine
+        if os.environ.get("CI"):
+            pytest.fail(f"no Docker engine in CI (make docker starts one): {exc}")
+        pytest.skip(f"no Docker engine answers (run `make docker`): {exc}")
+    return client
+
+
+@pytest.fixture(scope="module")
+def image(docker_client) -> str:  # type: ignore[no-untyped-def]
+    from sandboxes.config import SandboxSettings
+    from sandboxes.images.build import build_agents
+
+    return build_agents(docker_client, SandboxSettings(), log=lambda _: None)
+
+
+def firewall_rules() -> str:
+    return subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+@pytest.mark.parametrize("group", [True, False], ids=["kill-group", "kill-runner"])
+def test_killed_harvest_leaves_no_sandbox_behind(tmp_path, docker_client, image, scripted_upstream, group):
+    data, port = tmp_path / "data", free_port()
+    common = ("--target-url", scripted_upstream, "--runner", "sandbox", "--image", image)
+    first = harvest(data, *common, "--proxy-port", str(port), "--sandbox-command", f"{CALL}; sleep 300")
+    wait_for("the first run's ledger", lambda: ledger(data), timeout_s=60)
+    run_id = str(ledger(data)["run_id"])  # type: ignore[index]
+    label = {"label": f"dflash.sandbox.run={run_id}"}
+    wait_for(
+        "the sandbox's call", lambda: first.poll() is not None or records_written(f"http://127.0.0.1:{port}")
+    )
+    assert first.poll() is None, first.communicate()
+    containers = docker_client.containers.list(all=True, filters=label)
+    networks = [n.name for n in docker_client.networks.list(filters=label)]
+    assert len(containers) == 1
+    assert len(networks) == 1
+    assert networks[0] in firewall_rules()
+    services = processes(ledger(data))  # type: ignore[arg-type]
+
+    kill9(first, group)
+    assert docker_client.containers.list(all=True, filters=label)  # nothing removes it but a reap
+
+    summary = finish(harvest(data, *common, "--sandbox-command", "true"))
+    assert summary["run"]["done"] == 1
+    assert docker_client.containers.list(all=True, filters=label) == []
+    assert docker_client.networks.list(filters=label) == []
+    assert networks[0] not in firewall_rules()
+    assert all_gone(services)
+    with session_factory(connect(default_url(data)))() as s:
+        rows = s.scalars(select(Session).where(Session.status != "pending")).all()
+    assert [(r.status, r.attempts) for r in rows] == [("done", 2)]
+    assert summary["export"]["stale_attempt_calls_skipped"] == 1  # the dead attempt's call, rolled, kept out
+    assert not list((data / "spool").glob("*.spool"))
