@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from records.dataset import PREFIX_COLUMNS, PromptIdsDecoder, expand_prompt_ids, window_of
 from records.schema import SCHEMA, schema_version
+from records.storage import calls_store, is_url, parquet_keys
 
 # Column names older writers used, and their current names.
 LEGACY_NAMES = {"language": "lang"}
@@ -92,9 +93,9 @@ def read_batches(
     """(file, table) batches of the call records under `path`, conformed; only `columns` that exist.
 
     A published `calls` shard stores prompt ids prefix-encoded (records/dataset.py): its full
-    `prompt_token_ids` are rebuilt here, file by file in stored order, whenever they are asked for."""
-    for f in parquet_files(path):
-        ds = pads.dataset(str(f), format="parquet")
+    `prompt_token_ids` are rebuilt here, file by file in stored order, whenever they are asked for.
+    `path` may be a storage URL (``s3://bucket/run``, records/storage.py): its parts are read in place."""
+    for f, ds in _datasets(path):
         version = schema_version(ds.schema)
         names = ds.schema.names
         wanted = None
@@ -113,6 +114,19 @@ def read_batches(
             if decoder is not None:
                 table = expand_prompt_ids(table, decoder).drop_columns(helpers)
             yield f, table
+
+
+def _datasets(path: str | Path) -> Iterator[tuple[Path, pads.Dataset]]:
+    if not is_url(path):
+        for f in parquet_files(path):
+            yield f, pads.dataset(str(f), format="parquet")
+        return
+    store = calls_store(str(path))
+    keys = list(parquet_keys(store))
+    if not keys:
+        raise FileNotFoundError(f"no Parquet call records under {path}")
+    for key in keys:  # the file's name (a split hint) is kept; its folder is the store's
+        yield Path(store.path(key)), pads.dataset(store.path(key), filesystem=store.fs, format="parquet")
 
 
 def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:

@@ -97,3 +97,22 @@ def test_s3_outage_raises_and_recovers(s3: LocalS3, tmp_path: Path) -> None:
     finally:
         s3.start()
     assert store.upload(src, "calls/x.parquet") == 3
+
+
+def test_records_io_reads_call_records_from_a_url(s3: LocalS3, tmp_path: Path) -> None:
+    """What the trainer reads (records.io.read_batches) is the same from a bucket as from a folder."""
+    from records.io import parquet_files, read_table
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "records"
+    files = parquet_files(fixtures)
+    bucket = s3.new_bucket()
+    store = Store.from_url(f"s3://{bucket}/run")
+    for f in files:
+        store.upload(f, f"calls/{f.name}")
+    local = read_table(fixtures)
+    remote = read_table(f"s3://{bucket}/run")
+    assert remote.num_rows == local.num_rows > 0
+    assert remote.column_names == local.column_names
+    assert remote.column("call_id").to_pylist() == local.column("call_id").to_pylist()
+    with pytest.raises(FileNotFoundError, match="no Parquet"):
+        read_table(f"s3://{bucket}/empty")
