@@ -4,6 +4,7 @@ its holder however it dies."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -112,3 +113,26 @@ def test_a_half_written_ledger_is_skipped(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "torn.json").write_text('{"run_id": "x", "own')
     assert read_ledgers(tmp_path) == []
+
+
+@pytest.mark.docker
+def test_gc_command_reaps_a_data_folder_and_says_what_it_removed(tmp_path, docker_client, capsys):
+    from sandboxes.cli import main
+
+    data = tmp_path / "data"
+    dead, child = start_run(data, "dead", lock=False)
+    try:
+        kill9(dead)
+        main(["gc", "--data-dir", str(data), "--dry-run"])
+        assert f"would stop service (pid {child})" in capsys.readouterr().out
+        assert process_start_time(child) is not None
+        main(["gc", "--data-dir", str(data)])
+        out = capsys.readouterr().out.splitlines()
+        assert f"stopped service (pid {child})" in out
+        assert "dead run run-dead: ledger closed" in out
+        assert process_start_time(child) is None  # gone, and reaped by init
+        main(["gc", "--data-dir", str(data)])
+        assert capsys.readouterr().out.strip() == "nothing left by dead runs"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
