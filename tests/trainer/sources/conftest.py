@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from standin import Target, load_target
+from standin.extract import ExtractionSettings, create_app
+from tests.standin.conftest import live
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Target:
+    return load_target("tiny-qwen3")
+
+
+@contextlib.contextmanager
+def extraction_server(target: Target, aux_layer_ids: list[int], storage: Path) -> Iterator[str]:
+    """The stand-in server in extraction mode on 127.0.0.1, launched with these vLLM aux ids."""
+    settings = ExtractionSettings(aux_layer_ids=aux_layer_ids, shared_storage_path=storage)
+    with live(SimpleNamespace(app=create_app(target, settings, max_model_len=512))) as server:  # type: ignore[arg-type]
+        yield server.url

@@ -1,0 +1,74 @@
+"""Feature sources: where training gets the target's taps (`hf`, `cache`, `vllm`); see `base`.
+
+`make_source(kind, target, ...)` builds the one a run config names (`feature_source`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from standin.model import Target
+from trainer.sources.base import FeatureError, FeatureSource, prefix_groups
+from trainer.sources.cache import CacheSource
+from trainer.sources.hf import HFSource
+from trainer.sources.numbering import TapNumberingError, from_vllm, to_vllm
+from trainer.sources.vllm import VllmSource, VllmSourceSettings
+
+SourceKind = Literal["hf", "cache", "vllm"]
+
+__all__ = [
+    "CacheSource",
+    "FeatureError",
+    "FeatureSource",
+    "HFSource",
+    "SourceKind",
+    "TapNumberingError",
+    "VllmSource",
+    "VllmSourceSettings",
+    "from_vllm",
+    "make_source",
+    "prefix_groups",
+    "to_vllm",
+]
+
+
+def final_head(target: Target) -> torch.nn.Module:
+    """The target's final norm then LM head: what turns the last layer's output into logits."""
+    base = getattr(target.model, target.model.base_model_prefix)
+    return torch.nn.Sequential(base.norm, target.lm_head)
+
+
+def make_source(
+    kind: str,
+    target: Target,
+    *,
+    feature_dir: str | Path | None = None,
+    vllm: VllmSourceSettings | None = None,
+) -> FeatureSource:
+    """The source a run config names; `target` supplies shapes, the final-layer check and `hf` itself."""
+    if kind == "hf":
+        return HFSource(target)
+    if kind == "cache":
+        if feature_dir is None:
+            raise FeatureError("feature_dir: the cache source needs the directory `trainer features` wrote")
+        return CacheSource(feature_dir)
+    if kind == "vllm":
+        hf = HFSource(target)
+
+        def reference(ids: Sequence[int], layer_ids: Sequence[int]) -> torch.Tensor:
+            return hf.taps_many([ids], layer_ids)[0]
+
+        head = final_head(target)
+        head_cpu = lambda h: head(h.to(target.model.device, target.lm_head.weight.dtype)).cpu()  # noqa: E731
+        return VllmSource(
+            vllm or VllmSourceSettings.model_validate({}),
+            target.num_layers,
+            target.hidden_size,
+            head=head_cpu,
+            reference=reference,
+        )
+    raise FeatureError(f"feature_source {kind!r}: one of hf, cache, vllm")
