@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from clikit import settings_command
 from factory.harvest import HarvestOptions
@@ -141,23 +140,6 @@ def translate(
     console.print(counts)
 
 
-def _plan_table(summary, title: str) -> Table:  # type: ignore[no-untyped-def]
-    from factory.run.plan import AGENTS
-
-    langs = sorted({lang for lang, _ in summary.by_cell}) or ["en"]
-    t = Table(title=title)
-    t.add_column("language")
-    for a in AGENTS:
-        t.add_column(a, justify="right")
-    t.add_column("total", justify="right")
-    for lang in langs:
-        row = [summary.by_cell.get((lang, a), 0) for a in AGENTS]
-        t.add_row(lang, *map(str, row), str(sum(row)))
-    cols = [sum(summary.by_cell.get((lang, a), 0) for lang in langs) for a in AGENTS]
-    t.add_row("total", *map(str, cols), str(sum(cols)))
-    return t
-
-
 @app.command()
 def plan(
     data_dir: DataDir = Path("data"),
@@ -170,7 +152,7 @@ def plan(
     dry_run: Annotated[bool, typer.Option(help="Show what would be added")] = False,
 ) -> None:
     """Plan sessions (issue × language × agent) and print the plan's size by language and agent."""
-    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix
+    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, summary_table
     from factory.run.plan import plan as do_plan
 
     try:
@@ -181,7 +163,7 @@ def plan(
     title = (
         f"{'would add' if dry_run else 'plan'}: {s.issues} issues, {s.translated} with Korean; +{s.added} new"
     )
-    Console().print(_plan_table(s, title))
+    Console().print(summary_table(s, title))
 
 
 @app.command()

@@ -13,6 +13,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rich.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
@@ -126,3 +127,19 @@ def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool =
             summary.by_cell[(cell_lang, cell_agent)] = count
         summary.total = sum(summary.by_cell.values())
     return summary
+
+
+def summary_table(summary: PlanSummary, title: str) -> Table:
+    """The plan's size by language and agent."""
+    langs = sorted({lang for lang, _ in summary.by_cell}) or ["en"]
+    t = Table(title=title)
+    t.add_column("language")
+    for a in AGENTS:
+        t.add_column(a, justify="right")
+    t.add_column("total", justify="right")
+    for lang in langs:
+        row = [summary.by_cell.get((lang, a), 0) for a in AGENTS]
+        t.add_row(lang, *map(str, row), str(sum(row)))
+    cols = [sum(summary.by_cell.get((lang, a), 0) for lang in langs) for a in AGENTS]
+    t.add_row("total", *map(str, cols), str(sum(cols)))
+    return t
