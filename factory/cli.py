@@ -228,13 +228,17 @@ def export(
     repo_id: Annotated[
         str, typer.Option(help="Hub id used in the card's examples")
     ] = "dflash-factory/agent-traffic",
+    calls_url: Annotated[
+        str | None,
+        typer.Option(envvar="DFLASH_EXPORT_CALLS_URL", help="Read the calls from this storage URL (s3://…)"),
+    ] = None,
 ) -> None:
     """Write the dataset in the Hugging Face Hub layout (calls and sessions configs)."""
     from factory.publish.export import export as do_export
 
     dest = out or data_dir / "dataset"
     s = do_export(_sessions(db, data_dir), data_dir, dest, held_out=held_out, rows_per_shard=rows_per_shard,
-                  repo_id=repo_id)  # fmt: skip
+                  repo_id=repo_id, calls_url=calls_url)  # fmt: skip
     console.print(f"{dest}: {s.sessions} sessions, {s.calls} calls, {s.duplicates_dropped} duplicates dropped, "
                   f"secrets scrubbed {dict(s.secrets) or 'none'}")  # fmt: skip
 

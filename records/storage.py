@@ -159,6 +159,19 @@ class Store:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def mirror(self, local_dir: Path, suffix: str = ".parquet") -> list[Path]:
+        """Copy every file under this store ending with `suffix` into `local_dir` (same relative names),
+        skipping those already there with the same size: a local cache for readers that need files."""
+        got = []
+        for key in self.list(suffix=suffix):
+            dest = local_dir / key
+            if not (dest.exists() and dest.stat().st_size == self.size(key)):
+                tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.tmp")
+                self.download(key, tmp)
+                tmp.replace(dest)
+            got.append(dest)
+        return got
+
     def delete(self, key: str) -> None:
         self.fs.rm_file(self.path(key))
 

@@ -38,6 +38,7 @@ from factory.publish.sessions import SplitPlan, plan_splits, session_rows, split
 from factory.publish.shards import ShardWriter
 from records import DATASET_CALLS_SCHEMA, SESSIONS_SCHEMA
 from records.dataset import PromptIdsEncoder
+from records.storage import calls_store
 
 __all__ = ["ExportSettings", "ExportStats", "export", "split_of"]
 
@@ -72,6 +73,20 @@ class ExportSettings(BaseSettings):
     public_constants: list[str] = Field(
         default_factory=list, description="More strings that are never secrets (beyond the agents' own)"
     )
+    calls_url: str | None = Field(
+        default=None,
+        description="Read the calls from this storage URL (s3://bucket/run, gs://…; its calls/ folder) "
+        "instead of DATA_DIR/calls; they are cached under DATA_DIR/store-cache first",
+    )
+
+
+def _calls_dir(data_dir: Path, calls_url: str | None) -> Path:
+    """DATA_DIR/calls, or a local cache of the calls at `calls_url` (only new or changed parts fetched)."""
+    if not calls_url:
+        return data_dir / "calls"
+    cache = data_dir / "store-cache" / "calls"
+    calls_store(calls_url).mirror(cache)
+    return cache
 
 
 def load_tokenizer(name: str) -> Any:
@@ -112,7 +127,7 @@ def export(
     """Write the `calls` and `sessions` configs of `data_dir`'s finished sessions to `out_dir`."""
     cfg = ExportSettings(**{**(settings or ExportSettings()).model_dump(), **overrides})
     stats = ExportStats()
-    files = part_files(data_dir / "calls")
+    files = part_files(_calls_dir(data_dir, cfg.calls_url))
     per_proxy = calls_per_session(files)
     by_proxy = session_rows(sessions)
     calls_of = {s["session_id"]: per_proxy.get(k, 0) for k, s in by_proxy.items()}

@@ -116,3 +116,20 @@ def test_records_io_reads_call_records_from_a_url(s3: LocalS3, tmp_path: Path) -
     assert remote.column("call_id").to_pylist() == local.column("call_id").to_pylist()
     with pytest.raises(FileNotFoundError, match="no Parquet"):
         read_table(f"s3://{bucket}/empty")
+
+
+def test_mirror_fetches_only_new_or_changed_files(s3: LocalS3, tmp_path: Path) -> None:
+    store = Store.from_url(f"s3://{s3.new_bucket()}/run").child("calls")
+    store.write_bytes("part-1.parquet", b"one")
+    store.write_bytes("sub/part-2.parquet", b"two")
+    store.write_bytes("notes.txt", b"not a part")
+    cache = tmp_path / "cache"
+    got = store.mirror(cache)
+    assert got == [cache / "part-1.parquet", cache / "sub" / "part-2.parquet"]
+    assert (cache / "sub" / "part-2.parquet").read_bytes() == b"two"
+    (cache / "part-1.parquet").write_bytes(b"own")  # same size: taken as the same part, kept
+    store.write_bytes("sub/part-2.parquet", b"two, longer")
+    store.mirror(cache)
+    assert (cache / "part-1.parquet").read_bytes() == b"own"
+    assert (cache / "sub" / "part-2.parquet").read_bytes() == b"two, longer"
+    assert not list(cache.rglob(".*.tmp"))
