@@ -32,7 +32,7 @@ NO_MODEL = "http://127.0.0.1:9"  # setup talks to no model; the relay to this po
 # Untracked files the setup left (a venv, node_modules, build output) join the repository's excludes, so
 # they never show up in an agent's patch; tracked files it changed are committed into the base.
 ABSORB = (
-    "git ls-files --others --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude"
+    "mkdir -p .git/info && git ls-files --others --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude"
     " && (git diff --quiet || git -c core.hooksPath=/dev/null commit -qam 'environment setup')"
     " && git rev-parse HEAD"
 )

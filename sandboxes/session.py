@@ -68,7 +68,7 @@ class SessionRequest:
 
 
 # Untracked files a test run leaves (caches, build output) must not end up in the agent's patch.
-EXCLUDE_NEW = "git ls-files --others --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude"
+EXCLUDE_NEW = "mkdir -p .git/info && git ls-files --others --exclude-standard --directory | sed 's|^|/|' >> .git/info/exclude"
 
 
 def _tests(box: Sandbox, command: str, limit: float) -> TestOutcome:
