@@ -53,21 +53,28 @@ class _Live(Collector):
         stats = self.strategy.spec_stats
         if stats is None:
             return
+        # vLLM's names, help and labels exactly (vllm/v1/spec_decode/metrics.py): `engine` is the engine
+        # core's index, always "0" here; the family names get `_total` when rendered.
+        spec_labels, spec_values = [*labels, "engine"], [*values, "0"]
         for name, value, doc in (
-            ("vllm:spec_decode_num_drafts", stats.num_drafts, "Draft blocks proposed."),
-            ("vllm:spec_decode_num_draft_tokens", stats.num_draft_tokens, "Draft tokens proposed."),
-            ("vllm:spec_decode_num_accepted_tokens", stats.num_accepted_tokens, "Draft tokens accepted."),
+            ("vllm:spec_decode_num_drafts", stats.num_drafts, "Number of spec decoding drafts."),
+            ("vllm:spec_decode_num_draft_tokens", stats.num_draft_tokens, "Number of draft tokens."),
+            ("vllm:spec_decode_num_accepted_tokens", stats.num_accepted_tokens, "Number of accepted tokens."),
         ):
-            family = CounterMetricFamily(name, doc, labels=labels)
-            family.add_metric(values, value)
+            family = CounterMetricFamily(name, doc, labels=spec_labels)
+            family.add_metric(spec_values, value)
             yield family
         per_pos = CounterMetricFamily(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
-            "Draft tokens accepted at each draft position.",
-            labels=[*labels, "position"],
+            "Accepted tokens per draft position.",
+            labels=[*spec_labels, "position"],
         )
-        for pos, value in enumerate(stats.accepted_per_pos):
-            per_pos.add_metric([*values, str(pos)], value)
+        # vLLM lists every position (num_speculative_tokens of them) from the start, zeros included.
+        block = getattr(self.strategy, "block_size", 0)
+        counts = list(stats.accepted_per_pos)
+        counts += [0] * max(0, int(block) - 1 - len(counts))
+        for pos, value in enumerate(counts):
+            per_pos.add_metric([*spec_values, str(pos)], value)
         yield per_pos
 
 
