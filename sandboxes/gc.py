@@ -25,6 +25,7 @@ class GcReport:
     processes: list[str] = field(default_factory=list)  # "proxy (pid 123)"
     ledgers: list[str] = field(default_factory=list)  # run ids whose ledger was closed
     spool_rolled: str | None = None  # the roller's own summary line
+    notes: list[str] = field(default_factory=list)  # what could not be reaped now, and why
 
     def empty(self) -> bool:
         return not (self.containers or self.networks or self.rules or self.processes or self.ledgers)
@@ -36,7 +37,7 @@ class GcReport:
         out += [f"{'stopped' if verb == 'removed' else 'would stop'} {p}" for p in self.processes]
         out += [f"dead run {r}: ledger {'closed' if verb == 'removed' else 'to close'}" for r in self.ledgers]
         out += [f"spool: {self.spool_rolled}"] if self.spool_rolled else []
-        return out
+        return out + self.notes
 
     def merge(self, other: GcReport) -> None:
         self.containers += other.containers
@@ -45,6 +46,7 @@ class GcReport:
         self.processes += other.processes
         self.ledgers += other.ledgers
         self.spool_rolled = other.spool_rolled or self.spool_rolled
+        self.notes += other.notes
 
 
 def _dead(obj_labels: dict[str, str], run_id: str | None, everything: bool) -> bool:
@@ -124,7 +126,12 @@ def reap_data_dir(
             if process_alive(proc) and (dry_run or stop_process(proc)):
                 report.processes.append(f"{proc.name} (pid {proc.pid})")
         if rec.sandboxes and client is not None:
-            found = collect(client(), run_id=rec.run_id, dry_run=dry_run)
+            try:
+                found = collect(client(), run_id=rec.run_id, dry_run=dry_run)
+            except (RuntimeError, docker.errors.DockerException) as exc:
+                # No engine now (e.g. not yet started after a reboot): keep the ledger for a later reap.
+                report.notes.append(f"dead run {rec.run_id}: sandboxes not reaped: {exc}")
+                continue
             report.containers += found.containers
             report.networks += found.networks
             report.rules += found.rules

@@ -9,7 +9,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,29 +29,23 @@ def new_run_id() -> str:
     return f"factory-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def _client_or_none() -> Callable[[], Any]:
-    def get() -> Any:
-        try:
-            client = docker_client()
-            client.ping()
-        except docker.errors.DockerException as exc:
-            raise RuntimeError(f"a dead run left sandboxes but no Docker engine answers: {exc}") from exc
-        return client
-
-    return get
+def _engine() -> Any:
+    try:
+        client = docker_client()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise RuntimeError(f"no Docker engine answers: {exc}") from exc
+    return client
 
 
 def reap(data_dir: Path, *, dry_run: bool = False) -> GcReport:
     """What dead runs of `data_dir` left on this host, removed (or only listed with `dry_run`)."""
-    return reap_data_dir(data_dir, _client_or_none(), dry_run=dry_run)
+    return reap_data_dir(data_dir, _engine, dry_run=dry_run)
 
 
 def preview(data_dir: Path) -> list[str]:
     """What a reap would remove now, as lines (for `factory status`); an unreachable engine is said so."""
-    try:
-        return reap(data_dir, dry_run=True).lines("would remove")
-    except RuntimeError as exc:
-        return [str(exc)]
+    return reap(data_dir, dry_run=True).lines("would remove")
 
 
 @contextlib.contextmanager

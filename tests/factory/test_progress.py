@@ -106,3 +106,21 @@ def test_status_names_sessions_leased_by_dead_runners(tmp_path):
     out = json.loads(r.output)
     assert out["dead_leases"] == [{"session": sid, "owner": owner}]
     assert out["reap"] == []  # no dead run recorded anything in this folder
+
+
+def test_run_command_options_come_from_the_run_config(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    sessions = session_factory(connect(default_url(data)))
+    seed(sessions, tmp_path / "repo", repos=1, issues=1)
+    plan(sessions, PlanConfig(seed=0))
+    monkeypatch.setenv("DFLASH_FAKE_RUNNER_CALLS", "0")  # no proxy in this test
+    cli = CliRunner()
+    r = cli.invoke(app, ["run", "--proxy-url", "http://127.0.0.1:9", "--data-dir", str(data), "--runner", "fake",
+                         "--limit", "2", "--concurrency", "1", "--lease", "30", "--backoff", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "sessions: 2 done" in r.output
+    assert sum("attempt 1: done (exit 0)" in line for line in r.output.splitlines()) == 2
+    assert not list((data / "runs").glob("*.json"))  # its ledger closed on a clean end
+    r = cli.invoke(app, ["run", "--proxy-url", "x", "--data-dir", str(data), "--lease", "0"])
+    assert r.exit_code == 2
+    assert "--lease (from command line): Input should be greater than 0" in r.output

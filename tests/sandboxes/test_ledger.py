@@ -136,3 +136,22 @@ def test_gc_command_reaps_a_data_folder_and_says_what_it_removed(tmp_path, docke
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+def test_without_an_engine_a_dead_runs_sandboxes_wait_for_a_later_reap(tmp_path):
+    dead, child = start_run(tmp_path, "dead", lock=False)
+    kill9(dead)
+    path = tmp_path / "runs" / "run-dead.json"
+    rec = json.loads(path.read_text())
+    path.write_text(json.dumps({**rec, "sandboxes": True}))
+
+    def no_engine():  # type: ignore[no-untyped-def]
+        raise RuntimeError("no Docker engine answers: connection refused")
+
+    report = reap_data_dir(tmp_path, no_engine)
+    assert report.processes == [f"service (pid {child})"]  # its services are stopped all the same
+    assert report.ledgers == []
+    assert report.notes == [
+        "dead run run-dead: sandboxes not reaped: no Docker engine answers: connection refused"
+    ]
+    assert path.exists()  # kept: the next reap with an engine removes its sandboxes
