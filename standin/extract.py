@@ -162,7 +162,7 @@ class Extractor:
         self.write(path, states, prompt)
         choice: dict[str, Any] = {
             "index": 0,
-            "text": self.target.decode([token]),
+            "text": self.target.decode([token]) if self.target.tokenizer is not None else "",
             "logprobs": None,
             "finish_reason": "length",
             "stop_reason": None,

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainer.sources.vllm import VllmSourceSettings
+
 
 class ConfigError(ValueError):
     """A run config that does not validate; the message names every offending key."""
@@ -74,6 +76,16 @@ class TrainConfig(BaseModel):
     )
     cache_features: bool = Field(
         False, description="Keep each sequence's target features in RAM (tiny data)."
+    )
+    # where the target's taps come from (trainer/sources; docs/trainer.md, "Feature sources")
+    feature_source: Literal["hf", "cache", "vllm"] = Field(
+        "hf",
+        description="hf: the target in-process; cache: files in feature_dir; vllm: a vLLM with extraction.",
+    )
+    feature_dir: str | None = Field(None, description="The cache source's feature directory.")
+    vllm: VllmSourceSettings = Field(
+        default_factory=lambda: VllmSourceSettings.model_validate({}),
+        description="The vllm source: url, launched_aux_layer_ids, local_storage_path, retries.",
     )
     # bookkeeping
     save_every: int = Field(0, ge=0, description="Optimizer steps between checkpoints (0: each epoch end).")

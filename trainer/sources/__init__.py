@@ -32,6 +32,7 @@ __all__ = [
     "from_vllm",
     "make_source",
     "prefix_groups",
+    "source_for",
     "to_vllm",
 ]
 
@@ -72,3 +73,18 @@ def make_source(
             reference=reference,
         )
     raise FeatureError(f"feature_source {kind!r}: one of hf, cache, vllm")
+
+
+_BUILT: dict[tuple[str, int, str | None, str], FeatureSource] = {}
+
+
+def source_for(
+    kind: str, target: Target, feature_dir: str | None, vllm: VllmSourceSettings | None
+) -> FeatureSource:
+    """`make_source`, built once per run and target (the training loop asks every step)."""
+    vllm = vllm or VllmSourceSettings.model_validate({})
+    key = (kind, id(target), feature_dir, vllm.model_dump_json())
+    if key not in _BUILT:
+        _BUILT.clear()  # one run's source at a time
+        _BUILT[key] = make_source(kind, target, feature_dir=feature_dir, vllm=vllm)
+    return _BUILT[key]

@@ -1,0 +1,48 @@
+"""Training asks the seam for its features: the same run fed by `hf`, `cache` and `vllm` (the stand-in
+extraction server) takes the same steps, loss for loss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from trainer.data import build as data_build
+from trainer.sources import HFSource, to_vllm
+from trainer.sources import cache as cache_mod
+from trainer.train import TrainConfig, train
+
+from .conftest import extraction_server
+
+pytestmark = pytest.mark.slow
+
+
+def losses(run: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_three_sources_train_identically(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    target = tiny_target(layers=4)
+    calls = write_calls(target, tmp_path / "calls.parquet", sessions=3, calls=2, new_tokens=16)
+    base = dict(
+        target="tiny", data=str(calls), runs_dir=str(tmp_path / "runs"), num_layers=1, block_size=4,
+        mask_token_id=MASK, max_len=256, eval_fraction=0.3, max_steps=3, lr=3e-3, anchors=16,
+        target_layer_ids=[0, 2],
+    )  # fmt: skip
+    hf_run = train(TrainConfig(**base, name="hf"), target=target)
+    seqs = [s.input_ids for s in data_build.read(hf_run / "data" / "train.parquet")]
+    cache_mod.write(HFSource(target), seqs, [0, 2], tmp_path / "features")
+    cache_run = train(
+        TrainConfig(**base, name="cache", feature_source="cache", feature_dir=str(tmp_path / "features")),
+        target=target,
+    )
+    aux = to_vllm([0, 2], target.num_layers)
+    with extraction_server(target, aux, tmp_path / "hs") as url:
+        vllm = {"url": url, "launched_aux_layer_ids": aux, "verify_with_reference": True}
+        vllm_run = train(TrainConfig(**base, name="vllm", feature_source="vllm", vllm=vllm), target=target)
+    assert len(losses(hf_run)) == 3
+    assert losses(hf_run) == losses(cache_run) == losses(vllm_run)
