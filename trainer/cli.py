@@ -14,6 +14,7 @@ from trainer.dflash.engine import engine_factory
 from trainer.evaluate import eval_command
 from trainer.export import export_command
 from trainer.replay import replay_command
+from trainer.speculators.cli import export_speculators_command, import_speculators_command
 from trainer.submit import submit_command
 from trainer.train import train_command
 
@@ -79,3 +80,5 @@ app.command("eval")(eval_command)
 app.command("export")(export_command)
 app.command("submit")(submit_command)
 app.command("replay")(replay_command)
+app.command("export-speculators")(export_speculators_command)
+app.command("import-speculators")(import_speculators_command)
