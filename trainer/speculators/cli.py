@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def import_speculators_command(
     depth = settings.num_target_layers or (cfg.get("dflash_factory") or {}).get("num_target_layers")
     depth = depth or _target_depth(run)
     dest, staged = run / "drafter", run / "drafter.importing"
+    shutil.rmtree(staged, ignore_errors=True)  # a half-written import of our own from an earlier failure
     try:
         from_speculators(ckpt_dir, staged, depth)
         drafter = DFlashDraftModel.load(staged)  # the released layout loads as any trained drafter does

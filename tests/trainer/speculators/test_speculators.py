@@ -130,3 +130,23 @@ def test_export_speculators_writes_train_then_eval_rows_read_back_by_datasets(tm
     assert int(meta["rows"] * meta["train_data_ratio"]) == 2
     again = CliRunner().invoke(app, ["export-speculators", str(tmp_path / "run"), str(out)])
     assert again.exit_code != 0  # a non-empty output directory is never overwritten
+
+
+def test_import_speculators_replaces_the_runs_drafter_and_keeps_the_old_one(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    drafter_dir(tmp_path / "x").rename(run / "drafter")
+    spec = to_speculators(run / "drafter", tmp_path / "spec", verifier="tiny")
+    result = CliRunner().invoke(app, ["import-speculators", str(spec), str(run)])
+    assert result.exit_code == 0, result.output
+    assert "taps [1, 4]" in result.output
+    kept = list(run.glob("drafter.before-import-*"))
+    assert len(kept) == 1
+    assert json.loads((run / "drafter" / "config.json").read_text()) == json.loads(
+        (kept[0] / "config.json").read_text()
+    )
+    bad = _spec(tmp_path / "p", draft_vocab_size=128)
+    refused = CliRunner().invoke(app, ["import-speculators", str(bad), str(run)])
+    assert refused.exit_code == 2
+    assert "pruned" in refused.output
+    assert len(list(run.glob("drafter.before-import-*"))) == 1  # a refused import touches nothing
