@@ -50,7 +50,14 @@ class TrainConfig(BaseModel):
     intermediate_size: int | None = Field(None, description="Drafter MLP width; default the target's.")
     # data
     max_len: int = Field(
-        3072, ge=8, description="Longest training sequence; longer ones are cut where a supervised span ends."
+        3072,
+        ge=8,
+        description="Target tokens computed per step: the packing budget (a longer sequence is a step of its "
+        "own, its features still from its whole context).",
+    )
+    packing: bool = Field(False, description="Pack several sequences per step up to max_len target tokens.")
+    prefix_sharing: bool = Field(
+        True, description="Compute the target once per common prefix of a session's consecutive sequences."
     )
     eval_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Held-out share of the groups.")
     # optimisation (the DFlash paper's recipe)
@@ -61,7 +68,9 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     grad_clip: float = Field(1.0, ge=0, description="Gradient norm clip (0: off).")
     anchors: int = Field(
-        512, ge=1, description="Anchored blocks per sequence, all sharing one target forward."
+        512,
+        ge=1,
+        description="Anchored blocks per sequence (per segment of a packed step), sharing its features.",
     )
     gamma: float | None = Field(
         None, gt=0, description="Loss decay; default 7 for B=16, 5 for B=10, 4 for B=8."

@@ -36,12 +36,15 @@ from trainer.checkpoint import resume as resume_from
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import build as data_build
 from trainer.data.build import Sequence as TrainSequence
+from trainer.data.units import Unit, pack, session_units, sharing_report, split_unit
 from trainer.dflash import helpers as H
 from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import StepOutput, dflash_loss, use_flex_attention
 from trainer.drafting import Drafting, frozen_weight, make_drafting
+from trainer.packed import PackedStep, make_step, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl
 from trainer.rundir import open_run, resolve_data
+from trainer.sources import source_for
 
 __all__ = ["TrainConfig", "latest_checkpoint", "train"]  # the names callers of a training run need
 
@@ -71,9 +74,11 @@ def train(
 
     # ---- 3. training sequences ----------------------------------------------------------------------
     seqs, report = training_data(acc, cfg, run_dir, target)
+    steps = plan_steps(cfg, seqs)
+    acc.print(f"steps: {len(steps)} per epoch over all ranks ({describe_steps(cfg, steps)})")
 
     # ---- 4. drafter, optimizer, schedule; resume ----------------------------------------------------
-    d = make_drafting(acc, cfg, target, len(seqs))
+    d = make_drafting(acc, cfg, target, len(steps))
     pos, ckpt = resume_from(acc, run_dir) if resume else (Position(), None)
     if ckpt is not None:
         acc.print(f"resumed from {ckpt} at step {pos.step}")
@@ -81,7 +86,7 @@ def train(
     # ---- 5. the loop --------------------------------------------------------------------------------
     t0 = time.monotonic()
     with StopSignal(acc) as stop:
-        meter = loop(acc, cfg, run_dir, target, seqs, d, pos, stop)
+        meter = loop(acc, cfg, run_dir, target, steps, d, pos, stop)
     elapsed = time.monotonic() - t0
     if stop.stopping:
         path = save_checkpoint(acc, run_dir, pos, cfg.keep_checkpoints)
@@ -103,9 +108,16 @@ def training_data(
         if acc.is_main_process and not (data_dir / "report.json").exists():
             source = resolve_data(cfg)
             built = data_build.build(
-                target, source, max_len=cfg.max_len, eval_fraction=cfg.eval_fraction, model=cfg.model_filter
+                target,
+                source,
+                eval_fraction=cfg.eval_fraction,
+                model=cfg.model_filter,
+                max_context=target.max_position_embeddings,
             )
             built.report["source"] = str(source)
+            every = built.train + built.eval
+            per_call = built.report["merge"]["target_tokens_per_call"]
+            built.report["sharing"] = sharing_report(every, session_units(every), per_call)
             data_build.write(built, data_dir)
     report = json.loads((data_dir / "report.json").read_text())
     seqs = data_build.read(data_dir / "train.parquet")
@@ -120,7 +132,7 @@ def loop(
     cfg: TrainConfig,
     run_dir: Path,
     target: Target,
-    seqs: list[TrainSequence],
+    steps: list[list[Unit]],
     d: Drafting,
     pos: Position,
     stop: StopSignal,
@@ -128,21 +140,21 @@ def loop(
     """Optimizer steps until ``total_steps`` or a stop signal; ``pos`` is advanced in place."""
     weights = H.loss_weights(cfg.block_size, cfg.gamma or H.default_gamma(cfg.block_size), device=acc.device)
     flex = use_flex_attention(acc.device)
-    features: dict[int, torch.Tensor] = {}
+    cached: dict[int, PackedStep] = {}
     progress = Progress(d.total_steps, pos.step, cfg.block_size, enabled=acc.is_main_process)
     meter = Meter(cfg.block_size, acc.device)
     micro, world, t0 = pos.micro, acc.num_processes, time.monotonic()
     d.model.train()
     try:
         while pos.step < d.total_steps and not stop.stopping:
-            # -- pick this rank's next sequence (a fresh permutation each epoch, the same on every rank)
+            # -- pick this rank's next packed step (a fresh permutation each epoch, the same on every rank)
             epoch, index = divmod(micro, d.micro_per_epoch)
-            order = torch.randperm(len(seqs), generator=torch.Generator().manual_seed(cfg.seed + epoch))
-            pick = int(order[(index * world + acc.process_index) % len(seqs)])
+            order = torch.randperm(len(steps), generator=torch.Generator().manual_seed(cfg.seed + epoch))
+            pick = int(order[(index * world + acc.process_index) % len(steps)])
             # -- forward + backward on it
             with acc.accumulate(d.model):
                 out, n_tok, n_sup = micro_step(
-                    acc, cfg, target, d, seqs[pick], pick, micro, weights, flex, features
+                    acc, cfg, target, d, steps[pick], pick, micro, weights, flex, cached
                 )
                 acc.backward(out.loss)
                 if acc.sync_gradients and cfg.grad_clip:
@@ -178,29 +190,27 @@ def micro_step(
     cfg: TrainConfig,
     target: Target,
     d: Drafting,
-    seq: TrainSequence,
+    units: list[Unit],
     pick: int,
     micro: int,
     weights: torch.Tensor,
     flex: bool,
-    features: dict[int, torch.Tensor],
+    cached: dict[int, PackedStep],
 ) -> tuple[StepOutput, int, int]:
-    """The loss of one sequence: one no-grad target forward, ``cfg.anchors`` blocks sharing it."""
-    ids = torch.tensor(seq.input_ids, dtype=torch.long, device=acc.device)
-    mask = torch.tensor(seq.loss_mask, dtype=torch.long, device=acc.device)
-    with torch.no_grad():
-        taps = features.get(pick)
-        if taps is None:
-            taps = target.tap(ids[None], d.layer_ids)
-            if cfg.cache_features:
-                features[pick] = taps
+    """The loss of one packed step: the target's features once per shared prefix (no grad), up to
+    ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks."""
+    step = cached.get(pick)
+    if step is None:
+        step = make_step(target, units, d.layer_ids, acc.device)
+        if cfg.cache_features:
+            cached[pick] = step
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
-    anchors = H.sample_anchors(mask.cpu(), cfg.anchors, gen).to(acc.device)
+    anchors = sample_anchors(step, cfg.anchors, gen)
     out = dflash_loss(
         d.model,
-        taps=taps,
-        input_ids=ids,
-        loss_mask=mask,
+        taps=step.taps,
+        input_ids=step.input_ids,
+        loss_mask=step.loss_mask,
         anchors=anchors,
         embed_weight=frozen_weight(target.embed_tokens),
         lm_head_weight=frozen_weight(target.lm_head),
@@ -208,8 +218,30 @@ def micro_step(
         mask_token_id=d.mask_id,
         weights=weights,
         flex=flex,
+        layout=step.layout,
     )
-    return out, ids.numel(), int(mask.sum())
+    if acc.num_processes > 1:  # DDP averages gradients: rescale so each label weighs the same on every rank
+        total = acc.reduce(out.weight.clone(), "sum")
+        out.loss = out.loss * out.weight * acc.num_processes / total.clamp_min(1e-9)
+    return out, step.computed, step.supervised
+
+
+def plan_steps(cfg: TrainConfig, seqs: list[TrainSequence]) -> list[list[Unit]]:
+    """The steps of one epoch: units (a session's sequences sharing prefixes, or one sequence each),
+    packed up to ``max_len`` computed tokens, or one unit (part) per step."""
+    units = session_units(seqs, share=cfg.prefix_sharing)
+    if cfg.packing:
+        return pack(units, cfg.max_len)
+    return [[part] for u in units for part in split_unit(u, cfg.max_len)]
+
+
+def describe_steps(cfg: TrainConfig, steps: list[list[Unit]]) -> str:
+    computed = [sum(u.computed for u in s) for s in steps]
+    segments = sum(len(u.segments) for s in steps for u in s)
+    return (
+        f"{segments} sequences, {sum(computed)} target tokens, at most {max(computed)} per step, "
+        f"packing {'on' if cfg.packing else 'off'}, prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
+    )
 
 
 def finish(
@@ -259,7 +291,7 @@ def finish(
 # ---------------------------------------------------------------------------------------------------
 
 
-@settings_command(TrainConfig, exclude=("launch",))
+@settings_command(TrainConfig, exclude=("launch", "vllm"))  # nested: set with --set vllm.url=...
 def train_command(
     settings: TrainConfig,
     config: Path | None = typer.Option(

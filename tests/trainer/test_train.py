@@ -170,3 +170,18 @@ def test_training_reduces_the_loss(tmp_path: Path, calls: Path, target) -> None:
     losses = [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3
     assert torch.isfinite(torch.tensor(losses)).all()
+
+
+def test_packed_training_takes_fewer_steps_over_the_same_tokens(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
+    one = train(cfg(tmp_path, calls, name="one", epochs=1), target=target)
+    packed = train(cfg(tmp_path, calls, name="packed", epochs=1, packing=True), target=target)
+    s_one = json.loads((one / "train_summary.json").read_text())
+    s_packed = json.loads((packed / "train_summary.json").read_text())
+    assert s_packed["steps"] < s_one["steps"]  # several sequences per step within max_len=256
+    assert s_packed["target_tokens"] == s_one["target_tokens"]  # the same tokens, each computed once
+    assert s_packed["supervised_tokens"] == s_one["supervised_tokens"]
+    sharing = json.loads((packed / "data" / "report.json").read_text())["sharing"]
+    assert (
+        sharing["target_tokens_shared"] <= sharing["target_tokens_merged"] < sharing["target_tokens_per_call"]
+    )
+    assert (packed / "drafter" / "model.safetensors").exists()

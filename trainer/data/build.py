@@ -7,6 +7,8 @@
   repositories whole sessions are held out (whole sequences with one session), and the report says so.
 - A sequence longer than ``max_len`` is cut only where a supervised span ends; the unsupervised prompt
   before a span may lose its oldest tokens, a span is never cut (one that cannot fit is dropped, counted).
+  Training passes the target's context length here (a merged session never exceeds what the target
+  served), so features always come from the whole context; its step budget is a separate setting.
 """
 
 from __future__ import annotations
@@ -209,10 +211,16 @@ def build(
     eval_fraction: float = 0.1,
     model: str | None = None,
     min_anchors: int = 1,
+    max_context: int | None = None,
 ) -> BuildResult:
+    """``max_context``: cut sequences longer than this (the target's positions; default ``max_len``)."""
     examples, rec_report = load_examples(target, read_rows(source), model=model)
     return build_from_examples(
-        examples, rec_report, max_len=max_len, eval_fraction=eval_fraction, min_anchors=min_anchors
+        examples,
+        rec_report,
+        max_len=max_context or max_len,
+        eval_fraction=eval_fraction,
+        min_anchors=min_anchors,
     )
 
 

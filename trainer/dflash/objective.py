@@ -22,6 +22,7 @@ class StepOutput:
     total: torch.Tensor  # [B-1]
     n_anchors: int
     n_labels: int
+    weight: torch.Tensor  # the summed loss weight of the labels (the loss's denominator)
 
 
 def _create(mod: Any, q: int, context_len: int, device: torch.device) -> BlockMask:
@@ -98,11 +99,17 @@ def dflash_loss(
         ces.append(ce)
         preds.append(pr)
     ce = torch.cat(ces) if ces else h.new_zeros(0)
-    loss = (ce * w).sum() / w.sum().clamp_min(1e-9)
+    weight = w.sum().detach()
+    loss = (ce * w).sum() / weight.clamp_min(1e-9)
     pred_full = torch.full_like(labels, -1)
     if preds:
         pred_full[valid] = torch.cat(preds)
     correct, total = H.per_position_accuracy(pred_full, labels, valid)
     return StepOutput(
-        loss=loss, correct=correct.detach(), total=total.detach(), n_anchors=a, n_labels=int(y.numel())
+        loss=loss,
+        correct=correct.detach(),
+        total=total.detach(),
+        n_anchors=a,
+        n_labels=int(y.numel()),
+        weight=weight,
     )

@@ -86,7 +86,7 @@ def test_packing_two_documents_weighs_every_label_once_and_never_crosses_documen
         out = _loss(drafter, target, target.tap(ids[None], drafter.target_layer_ids), ids, mask, anc)
         parts.append((float(out.loss.detach()), _label_weight(ids, mask, anc), out.total))
     expected = sum(loss * w for loss, w, _ in parts) / sum(w for _, w, _ in parts)
-    assert abs(float(packed.loss) - expected) < 1e-5  # per-label normalisation over the whole step
+    assert abs(float(packed.loss.detach()) - expected) < 1e-5  # per-label normalisation over the whole step
     assert torch.equal(packed.total, parts[0][2] + parts[1][2])  # no label crossed into the other document
 
 
