@@ -16,6 +16,7 @@ from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
 from records.io import parquet_files
+from records.storage import is_url
 from trainer.config import TrainConfig, run_name
 from trainer.data.make_sample import SAMPLE_DIR
 
@@ -46,8 +47,11 @@ def point_latest(runs_dir: Path, run_dir: Path) -> None:
     tmp.replace(link)
 
 
-def resolve_data(cfg: TrainConfig) -> Path:
-    """The call records to train on; the bundled sample for the target when allowed and there are none."""
+def resolve_data(cfg: TrainConfig) -> str | Path:
+    """The call records to train on; the bundled sample for the target when allowed and there are none.
+    A storage URL (``s3://bucket/run``: records/storage.py) is read in place by records.io."""
+    if is_url(cfg.data):
+        return cfg.data
     try:
         parquet_files(cfg.data)
         return Path(cfg.data)
