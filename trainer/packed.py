@@ -8,6 +8,7 @@ every shared prefix is computed once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,21 +35,44 @@ class PackedStep:
         return int(self.loss_mask.sum())
 
 
-def unit_features(target: Target, unit: Unit, layer_ids: list[int], device: torch.device) -> torch.Tensor:
-    """[1, sum of computed, n_taps*H]: each segment's new positions, continuing the previous KV cache."""
-    cache = target.new_cache()
+TapsFn = Callable[
+    [torch.Tensor], torch.Tensor
+]  # [1, T] ids -> [1, T, n_taps*H] features of the whole sequence
+
+
+def unit_features(
+    target: Target, unit: Unit, layer_ids: list[int], device: torch.device, taps_fn: TapsFn | None = None
+) -> torch.Tensor:
+    """[1, sum of computed, n_taps*H]: each segment's new positions, continuing the previous KV cache.
+
+    ``taps_fn``: features from elsewhere (a feature source: files, a server) for whole sequences; the
+    shared positions are then sliced off (the features are the same, only not computed here)."""
     parts = []
-    for seg in unit.segments:
-        Target.crop_cache(cache, seg.shared)  # what the previous segment computed beyond the shared prefix goes
-        ids = torch.tensor(seg.seq.input_ids[seg.shared :], dtype=torch.long, device=device)[None]
-        out = target.forward(ids, cache, layer_ids=layer_ids, logits_to_keep=1)
+    cache = target.new_cache()
+    for i, seg in enumerate(unit.segments):
+        ids = torch.tensor(seg.seq.input_ids, dtype=torch.long, device=device)[None]
+        last = i == len(unit.segments) - 1
+        if taps_fn is not None or (seg.shared == 0 and last):
+            # nothing to continue from and nothing continues from it: the plain tap (no cache kept)
+            full = taps_fn(ids) if taps_fn is not None else target.tap(ids, layer_ids)
+            parts.append(full[:, seg.shared :])
+            continue
+        # drop what the previous segment computed beyond the shared prefix, then extend the cache
+        Target.crop_cache(cache, seg.shared)
+        out = target.forward(ids[:, seg.shared :], cache, layer_ids=layer_ids, logits_to_keep=1)
         assert out.taps is not None
         parts.append(out.taps)
     return torch.cat(parts, dim=1)
 
 
-def make_step(target: Target, units: list[Unit], layer_ids: list[int], device: torch.device) -> PackedStep:
-    taps = torch.cat([unit_features(target, u, layer_ids, device) for u in units], dim=1)
+def make_step(
+    target: Target,
+    units: list[Unit],
+    layer_ids: list[int],
+    device: torch.device,
+    taps_fn: TapsFn | None = None,
+) -> PackedStep:
+    taps = torch.cat([unit_features(target, u, layer_ids, device, taps_fn) for u in units], dim=1)
     segs = [s for u in units for s in u.segments]
     ids = [t for s in segs for t in s.seq.input_ids[s.shared :]]
     mask = [m for s in segs for m in s.seq.loss_mask[s.shared :]]

@@ -105,6 +105,16 @@ def test_a_re_rendered_call_shares_its_common_prefix_and_sees_its_full_context()
     feats = unit_features(target, unit, drafter.target_layer_ids, torch.device("cpu"))
     full = target.tap(torch.tensor(second_ids)[None], drafter.target_layer_ids)
     assert torch.allclose(feats[:, len(first.input_ids) :], full[:, 38:], atol=1e-5)
+    # a feature source that serves whole sequences (files, a server) gives the same packed features
+    served = unit_features(
+        target,
+        unit,
+        drafter.target_layer_ids,
+        torch.device("cpu"),
+        lambda ids: target.tap(ids, drafter.target_layer_ids),
+    )
+    assert served.shape == feats.shape
+    assert torch.allclose(served, feats, atol=1e-5)
     # and the second call's loss on the packed unit equals its loss computed alone on its full context
     step = make_step(target, [unit], drafter.target_layer_ids, torch.device("cpu"))
     anchors = torch.tensor([len(second_ids) - 12, len(second_ids) - 7, len(second_ids) - 3])
