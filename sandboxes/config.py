@@ -44,7 +44,7 @@ class SandboxSettings(BaseSettings):
     )
     egress_extra_hosts: list[str] = Field(
         default_factory=list,
-        description="Further hosts the egress proxy allows (a site's own mirror, e.g. an Artifactory); unlike "
+        description="Further hosts (`name` or `name:port`) the egress proxy allows (a site's own mirror, e.g. an Artifactory); unlike "
         "the registries these may resolve to private addresses",
     )
     setup_time_limit_s: float = Field(

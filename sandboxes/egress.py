@@ -58,7 +58,10 @@ PRIVATE = (
 
 
 def squid_conf(extra_hosts: list[str] | tuple[str, ...] = ()) -> str:
-    """The proxy's whole configuration: registries (public addresses only), extra hosts, nothing else."""
+    """The proxy's whole configuration: registries (public addresses only), extra hosts, nothing else.
+
+    An extra host is `name` or `name:port` (a site's mirror on its own port).
+    """
     lines = [
         f"http_port {SQUID_PORT}",
         "acl SSL_ports port 443",
@@ -66,12 +69,17 @@ def squid_conf(extra_hosts: list[str] | tuple[str, ...] = ()) -> str:
         "acl CONNECT method CONNECT",
         f"acl registries dstdomain {' '.join(REGISTRIES)}",
         f"acl private dst {PRIVATE}",
-        "http_access deny !Safe_ports",
-        "http_access deny CONNECT !SSL_ports",
     ]
     if extra_hosts:
-        # A site's own mirror may well live on a private address: it is allowed before that check.
-        lines += [f"acl extra dstdomain {' '.join(extra_hosts)}", "http_access allow extra"]
+        names = sorted({h.rsplit(":", 1)[0] if ":" in h else h for h in extra_hosts})
+        ports = sorted({80, 443} | {int(h.rsplit(":", 1)[1]) for h in extra_hosts if ":" in h})
+        # A site's own mirror may well live on a private address and its own port: allowed before those checks.
+        lines += [
+            f"acl extra dstdomain {' '.join(names)}",
+            f"acl extra_ports port {' '.join(map(str, ports))}",
+            "http_access allow extra extra_ports",
+        ]
+    lines += ["http_access deny !Safe_ports", "http_access deny CONNECT !SSL_ports"]
     lines += [
         "http_access deny private",
         "http_access allow registries",

@@ -159,16 +159,20 @@ def test_lock_hash_follows_the_lockfiles_only(tmp_path: Path) -> None:
 
 
 def test_squid_policy_order() -> None:
-    conf = squid_conf(["mirror.internal"]).splitlines()
+    conf = squid_conf(["mirror.internal", "goproxy.internal:8000"]).splitlines()
     access = [line for line in conf if line.startswith("http_access")]
-    # The site's mirror before the private-address refusal, the registries after it, and nothing else.
-    assert access[-4:] == [
-        "http_access allow extra",
+    # The site's mirror (on its own ports) before the port and private-address refusals, the registries
+    # after them, and nothing else.
+    assert access == [
+        "http_access allow extra extra_ports",
+        "http_access deny !Safe_ports",
+        "http_access deny CONNECT !SSL_ports",
         "http_access deny private",
         "http_access allow registries",
         "http_access deny all",
     ]
-    assert "http_access deny CONNECT !SSL_ports" in access
+    assert "acl extra dstdomain goproxy.internal mirror.internal" in conf
+    assert "acl extra_ports port 80 443 8000" in conf
     registries = next(line for line in conf if line.startswith("acl registries")).split()[3:]
     assert set(registries) == set(REGISTRIES)
     assert "pypi.org" in registries
