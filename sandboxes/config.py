@@ -75,3 +75,8 @@ class SandboxSettings(BaseSettings):
         gt=0,
         description="Disk the environment images may hold together; the GC removes the oldest beyond it",
     )
+    env_images: bool = Field(
+        default=True,
+        description="Factory sessions run in their repository's environment image (toolchain, dependencies, "
+        "checkout) with the test command before and after the agent; off: the plain agents image",
+    )

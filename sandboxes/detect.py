@@ -8,6 +8,7 @@ an environment installed from the old one.
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,3 +127,21 @@ def plan_for(
         test=test if test is not None else (rule[3] if rule else ""),
         lock_hash=hashlib.sha256(repr(locks).encode()).hexdigest()[:12],
     )
+
+
+# A `setup:` hint of repos.yaml often ends in the repository's test command ("npm install && npm test",
+# "go test ./...", "python3 -m unittest discover -s tests"): those steps are its tests, not its setup.
+_TEST_STEP = re.compile(
+    r"^(python3? -m (pytest|unittest)|pytest|tox|nox|go test|cargo test|(npm|yarn|pnpm)( run)? test|mvn( -\S+)* test"
+    r"|gradle( -\S+)* test|\./gradlew( -\S+)* test|ctest|make (test|check))\b"
+)
+
+
+def split_hint(hint: str | None) -> tuple[str | None, str | None]:
+    """(setup, test) from a `setup:` hint: its trailing test steps become the test command."""
+    if not hint:
+        return None, None
+    steps = [s.strip() for s in hint.split("&&")]
+    first_test = next((i for i, s in enumerate(steps) if _TEST_STEP.match(s)), len(steps))
+    setup, test = " && ".join(steps[:first_test]), " && ".join(steps[first_test:])
+    return setup or None, test or None

@@ -14,6 +14,7 @@ import contextlib
 import io
 import socket
 import tarfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ EGRESS_NETWORK = "dflash-egress"
 EGRESS_LABEL = "dflash.sandbox.egress"
 LOG_PATH = "/var/log/squid/egress.log"
 DOCKERFILE = Path(__file__).parent / "images" / "Dockerfile.egress"
+_BUILDING = threading.Lock()
 
 # The registries a build needs: PyPI, npm (and yarn's mirror of it), crates.io, the Go module proxy and
 # checksum database, Maven Central and Gradle's portal, Debian. A leading dot allows subdomains.
@@ -106,8 +108,13 @@ def build_egress_image(client: docker.DockerClient, settings: object, log: objec
     """squid on the base image (Debian's package, so it builds from the host's mirror like the rest)."""
     base = build_base(client, settings, log or (lambda _m: None))  # type: ignore[arg-type]
     tag = egress_tag(client, base)
-    if _exists(client, tag):
-        return tag
+    with _BUILDING:
+        if not _exists(client, tag):
+            _build(client, base, tag)
+    return tag
+
+
+def _build(client: docker.DockerClient, base: str, tag: str) -> None:
     stream = client.api.build(
         fileobj=io.BytesIO(DOCKERFILE.read_bytes()),
         tag=tag,
@@ -120,7 +127,6 @@ def build_egress_image(client: docker.DockerClient, settings: object, log: objec
     for chunk in stream:
         if "error" in chunk:
             raise RuntimeError(f"egress image build failed: {chunk['error']}")
-    return tag
 
 
 def egress_network(client: docker.DockerClient) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import threading
 from dataclasses import dataclass, field
 
 import docker
@@ -18,6 +19,7 @@ import docker
 from sandboxes.images.build import _digest, _exists
 
 PY_CA = "/etc/ssl/certs/ca-certificates.crt"
+_BUILDING = threading.Lock()  # sessions in threads share one build of each image
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,13 @@ def build_family(client: docker.DockerClient, agents: str, name: str) -> str:
         raise ValueError(f"unknown language family {name!r}; known: {', '.join(FAMILIES)}")
     family = FAMILIES[name]
     tag = family_tag(agents, family)
-    if _exists(client, tag):
-        return tag
+    with _BUILDING:
+        if not _exists(client, tag):
+            _build(client, agents, family, tag)
+    return tag
+
+
+def _build(client: docker.DockerClient, agents: str, family: Family, tag: str) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         data = dockerfile(family).encode()
@@ -129,5 +136,4 @@ def build_family(client: docker.DockerClient, agents: str, name: str) -> str:
     )
     for chunk in stream:
         if "error" in chunk:
-            raise RuntimeError(f"{name} toolchain image build failed: {chunk['error']}")
-    return tag
+            raise RuntimeError(f"{family.name} toolchain image build failed: {chunk['error']}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes import testrun
-from sandboxes.detect import plan_for
+from sandboxes.detect import plan_for, split_hint
 from sandboxes.egress import REGISTRIES, parse_log, squid_conf
 from sandboxes.families import FAMILIES, dockerfile, family_tag
 from tests.sandboxes.conftest import git
@@ -209,3 +209,24 @@ def test_unknown_git_revision_is_a_clear_error(tmp_path: Path) -> None:
     repo, _ = _repo(tmp_path, {"a": "1"})
     with pytest.raises(subprocess.CalledProcessError):
         plan_for(repo, "no-such-rev")
+
+
+@pytest.mark.parametrize(
+    ("hint", "expected"),
+    [
+        ("pip install -e '.[socks]' pytest", ("pip install -e '.[socks]' pytest", None)),
+        ("npm install && npm test", ("npm install", "npm test")),
+        ("go test ./...", (None, "go test ./...")),
+        ("cargo test --lib", (None, "cargo test --lib")),
+        ("python3 -m unittest discover -s tests", (None, "python3 -m unittest discover -s tests")),
+        (
+            "pip install -e . && cd tests && python runtests.py --help",
+            ("pip install -e . && cd tests && python runtests.py --help", None),
+        ),
+        (None, (None, None)),
+    ],
+)
+def test_setup_hint_split_into_setup_and_tests(
+    hint: str | None, expected: tuple[str | None, str | None]
+) -> None:
+    assert split_hint(hint) == expected
