@@ -170,11 +170,40 @@ def plan(
 @settings_command(RunOptions)
 def run(
     settings: RunOptions,
-    proxy_url: Annotated[str, typer.Option(envvar="DFLASH_PROXY_URL", help="The proxy as the host sees it")],
+    proxy_url: Annotated[
+        str | None, typer.Option(envvar="DFLASH_PROXY_URL", help="The proxy as the host sees it")
+    ] = None,
     data_dir: DataDir = Path("data"),
     db: Db = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray", envvar="DFLASH_RAY_ADDRESS", help="Place sessions on this Ray cluster (HEAD:6379)"
+        ),
+    ] = None,
+    store_url: Annotated[
+        str | None, typer.Option(envvar="DFLASH_STORE_URL", help="With --ray: where the nodes' calls land")
+    ] = None,
+    upstream: Annotated[
+        str | None, typer.Option(envvar="TARGET_URL", help="With --ray: the target every node reaches")
+    ] = None,
 ) -> None:
     """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
+    if ray:
+        # Ray is an optional heavy dependency (the `cluster` extra): imported only when --ray is given.
+        from factory.run.ray_runner import run_from_cli
+
+        try:
+            summary = run_from_cli(_sessions(db, data_dir), settings, data_dir, address=ray, store_url=store_url,
+                                   upstream=upstream, console=console)  # fmt: skip
+        except ValueError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from None
+        typer.echo(json.dumps(summary))
+        return
+    if not proxy_url:
+        console.print("[red]error:[/] --proxy-url (DFLASH_PROXY_URL) is required without --ray")
+        raise typer.Exit(2)
     from factory.run.lifecycle import run_scope
     from factory.run.progress import Progress
     from factory.run.runner import Runner

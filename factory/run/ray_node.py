@@ -1,0 +1,199 @@
+"""What runs on each node of a Ray cluster: the node's proxy (one per node, started on demand) and the
+task that runs one session there. Imported only by `factory.run.ray_runner` (so only with `--ray`).
+
+The node's proxy is a Ray actor pinned to its node that starts two processes on the node's own disk:
+``python -m proxy serve`` (the spool is the durability line: a call is acknowledged once it is fsync'd
+there) and ``python -m proxy.uploader`` (rolled parts go to ``STORE/calls/`` and are removed locally only
+once the store confirmed them). Both are configured through their environment variables and die with
+the actor (PR_SET_PDEATHSIG), so a node that is killed leaves no proxy behind; its spool stays on disk
+and is rolled and uploaded by the next proxy started on that host."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import ray
+import zstandard
+
+from factory.run.repocache import RepoCache
+from factory.run.runner_types import InfraError, SessionOutcome, SessionRunner, SessionSpec
+from records.storage import Store
+
+log = logging.getLogger(__name__)
+NAMESPACE = "dflash"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class NodeProxy:
+    """The proxy and uploader of one node (a Ray actor: see `node_proxy`)."""
+
+    def __init__(self, opts: dict[str, Any]) -> None:
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.dir = Path(opts["node_dir"])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        if opts["session_runner"] == "sandbox":
+            _reap_dead_sandboxes()
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, **opts.get("env", {})}
+        proxy_env = {
+            "DFLASH_PROXY_UPSTREAM": opts["upstream"],
+            "DFLASH_PROXY_HOST": "127.0.0.1",
+            "DFLASH_PROXY_PORT": str(port),
+            "DFLASH_PROXY_DATA_DIR": str(self.dir),
+            "DFLASH_PROXY_UPSTREAM_API": opts["upstream_api"],
+            "DFLASH_PROXY_SEGMENT_MAX_AGE_S": str(opts["segment_max_age_s"]),
+        }
+        upload_env = {
+            "DFLASH_UPLOAD_DATA_DIR": str(self.dir),
+            "DFLASH_UPLOAD_STORE_URL": opts["store_url"],
+            "DFLASH_UPLOAD_POLL_S": str(opts["upload_poll_s"]),
+            "DFLASH_UPLOAD_BACKOFF_MAX_S": str(opts["upload_backoff_max_s"]),
+        }
+        tag = self.node_id[:12]
+        self.proxy = self._start(
+            [sys.executable, "-m", "proxy", "serve"], {**env, **proxy_env}, f"proxy-{tag}"
+        )
+        self.uploader = self._start(
+            [sys.executable, "-m", "proxy.uploader"], {**env, **upload_env}, f"up-{tag}"
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            if self.proxy.poll() is not None:
+                raise InfraError(f"the node's proxy exited with {self.proxy.returncode}; see {self.dir}/logs")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise InfraError(f"the node's proxy did not answer within 120 s; see {self.dir}/logs")
+            time.sleep(0.2)
+
+    def _start(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+        with (self.dir / "logs" / f"{name}.log").open("ab") as out:
+            return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=_die_with_parent)  # fmt: skip
+
+    def address(self) -> str:
+        return self.url
+
+    def calls_written(self) -> int | None:
+        """The proxy's `dflash_proxy_records_written` (calls made durable on this node)."""
+        with contextlib.suppress(httpx.HTTPError):
+            for line in httpx.get(f"{self.url}/metrics", timeout=2).text.splitlines():
+                if line.startswith("dflash_proxy_records_written"):
+                    return int(float(line.rsplit(" ", 1)[1]))
+        return None
+
+    def shutdown(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Stop the proxy (its last segment is rolled), then the uploader (a last drain)."""
+        codes = {}
+        for name, proc in (("proxy", self.proxy), ("uploader", self.uploader)):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            codes[name] = proc.returncode
+        left = (
+            sorted(p.name for p in (self.dir / "calls").glob("*.parquet"))
+            if (self.dir / "calls").exists()
+            else []
+        )
+        return {"node": self.node_id, "exit": codes, "parts_left": left}
+
+
+def _reap_dead_sandboxes() -> None:
+    """Containers left by runs that died on this host (a node that comes back) are removed."""
+    try:
+        import docker
+
+        from sandboxes.gc import collect
+
+        collect(docker.from_env())
+    except Exception as exc:  # a missing engine surfaces when the session starts its sandbox
+        log.warning("could not reap dead sandboxes: %s", exc)
+
+
+def node_proxy(opts: dict[str, Any], name: str) -> Any:
+    """This node's proxy actor, started on the first session placed here (named per node and run)."""
+    node_id = ray.get_runtime_context().get_node_id()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    actor_cls = ray.remote(num_cpus=0, max_restarts=0)(NodeProxy)
+    return actor_cls.options(  # type: ignore[attr-defined]
+        name=f"{name}-{node_id}",
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",  # outlives the task that started it; the driver stops it at the end
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(opts)
+
+
+_RUNNERS: dict[str, SessionRunner] = {}
+
+
+def _session_runner(opts: dict[str, Any]) -> SessionRunner:
+    """One session runner per worker process (a Docker client, an image tag), built on first use."""
+    key = json.dumps(opts, sort_keys=True, default=str)
+    if key not in _RUNNERS:
+        if opts["session_runner"] == "fake":
+            from factory.run.fake_runner import FakeSessionRunner
+
+            log_path = Path(opts["fake_log"]) if opts.get("fake_log") else None
+            _RUNNERS[key] = FakeSessionRunner(calls=opts["fake_calls"], sleep_s=opts["fake_sleep_s"],
+                                              log_path=log_path, model=opts["model"])  # fmt: skip
+        else:
+            from factory.run.sandbox_runner import SandboxSessionRunner
+
+            _RUNNERS[key] = SandboxSessionRunner(image=opts.get("image"), model=opts["model"],
+                                                 time_limit_s=opts.get("time_limit_s"))  # fmt: skip
+    return _RUNNERS[key]
+
+
+def run_session_on_node(spec: SessionSpec, opts: dict[str, Any], name: str) -> tuple[SessionOutcome, str]:
+    """The Ray task: this node's proxy, the repository on this node, the session, its transcript.
+    Returns the outcome and the node's id."""
+    proxy = node_proxy(opts, name)
+    try:
+        url = ray.get(proxy.address.remote())
+    except ray.exceptions.RayError as exc:
+        raise InfraError(f"the node's proxy did not start: {exc}") from exc
+    repo = spec.repo_path
+    if not Path(repo).is_dir():  # not on this host's disk: the node clones it itself
+        clone_url = f"https://github.com/{spec.repo_name}.git"
+        repo = RepoCache(Path(opts["node_dir"]) / "repos").get(spec.repo_name, clone_url, spec.base_commit)
+    outcome = _session_runner(opts).run(replace(spec, proxy_url=url, repo_path=Path(repo)))
+    raw = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in outcome.transcript).encode()
+    key = f"transcripts/{spec.proxy_session_id[:2]}/{spec.proxy_session_id}.jsonl.zst"
+    try:
+        Store.from_url(opts["store_url"]).write_bytes(key, zstandard.ZstdCompressor(level=6).compress(raw))
+    except Exception as exc:  # the driver keeps its own copy of the transcript; the calls are safe
+        log.warning("transcript %s not uploaded: %s", key, exc)
+    return outcome, ray.get_runtime_context().get_node_id()
