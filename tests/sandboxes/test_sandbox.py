@@ -154,7 +154,7 @@ def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_ser
     # gc leaves a live run alone...
     assert collect(docker_client, run_id="someone-else").containers == []
     out = subprocess.run(
-        [sys.executable, "-m", "sandboxes", "gc", "--run", run_id],
+        [sys.executable, "-m", "sandboxes", "gc", "--run", run_id, "--json"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
