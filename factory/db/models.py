@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -127,6 +128,12 @@ class Session(Base):
     transcript_path: Mapped[str | None] = mapped_column(String(500))
     call_count: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
+    # The repository's tests before the agent and after its patch (counts, verdicts, output tail), whether the
+    # patch newly made failing tests pass, and how the environment was prepared (setup, egress per host).
+    test_baseline: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    test_after: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    resolved: Mapped[bool | None] = mapped_column(Boolean)
+    environment: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class HttpCache(Base):

@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session as OrmSession
@@ -137,8 +138,10 @@ def finish(
     error: str | None,
     started_at: dt.datetime,
     finished_at: dt.datetime,
+    tests: dict[str, Any] | None = None,
 ) -> bool:
     """Store the result; False when the lease was lost meanwhile (the result is then dropped)."""
+    tests = tests or {}
     with sessions.begin() as s:
         res = s.execute(
             update(Session)
@@ -155,6 +158,10 @@ def finish(
                 started_at=started_at,
                 finished_at=finished_at,
                 duration_s=(finished_at - started_at).total_seconds(),
+                test_baseline=tests.get("baseline"),
+                test_after=tests.get("after"),
+                resolved=tests.get("resolved"),
+                environment=tests.get("environment"),
             )
         )
         return bool(res.rowcount)  # type: ignore[attr-defined]

@@ -173,6 +173,8 @@ class Runner:
                     body=c.body,
                 ),
                 proxy_url=self.cfg.proxy_url,
+                setup_hint=c.setup_hint,
+                repo_language=c.repo_language,
             )
             outcome: SessionOutcome = self.session_runner.run(spec)
         except Exception as exc:  # every failure outside the agent's own run is infrastructure
@@ -210,6 +212,7 @@ class Runner:
             transcript_path=transcript,
             agent_session_id=outcome.agent_session_id,
             error=outcome.error,
+            tests=outcome.tests,
             started_at=started,
             finished_at=utcnow(),
         )

@@ -23,6 +23,8 @@ class SessionSpec:
     base_commit: str
     task: str
     proxy_url: str  # the proxy as the host sees it
+    setup_hint: str | None = None  # repos.yaml `setup:` (its trailing test steps become the test command)
+    repo_language: str | None = None  # the registry's language: picks the toolchain when build files do not
 
 
 @dataclass
@@ -35,6 +37,9 @@ class SessionOutcome:
     agent_session_id: str | None
     error: str | None = None  # the agent's failure (timeout, OOM, exit code), not an infra failure
     timings: dict[str, float] = field(default_factory=dict)
+    # The repository's tests before and after the patch, `resolved`, the environment's setup and egress
+    # (keys: baseline, after, resolved, environment); None when the runner ran no tests.
+    tests: dict[str, Any] | None = None
 
 
 class SessionRunner(Protocol):

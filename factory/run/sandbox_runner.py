@@ -89,19 +89,20 @@ class SandboxSessionRunner:
 
         from sandboxes.session import SessionRequest, run_session
 
+        env = {"image": self._image(), **self._environment(spec)}
         req = SessionRequest(
             agent=spec.agent,
             repo=spec.repo_path,
             commit=spec.base_commit,
             task=spec.task,
             proxy_url=spec.proxy_url,
-            image=self._image(),
             session_id=spec.proxy_session_id,
             run_id=self.run_id,
             model=self.model,
             time_limit_s=self.time_limit_s,
             settings=self.settings,
             command=self.command.replace("{session}", spec.proxy_session_id) if self.command else None,
+            **env,
         )
         try:
             res = run_session(req, self._client)
@@ -116,4 +117,33 @@ class SandboxSessionRunner:
             agent_session_id=res.agent_session_id,
             error=res.reason,
             timings=res.timings,
+            tests=None
+            if res.baseline is None and res.setup is None
+            else {
+                "baseline": res.baseline,
+                "after": res.after,
+                "resolved": res.resolved,
+                "environment": {"setup": res.setup, "egress": res.egress},
+            },
         )
+
+    def _environment(self, spec: SessionSpec) -> dict[str, Any]:
+        """The session's environment image, test command and egress (issue 14); none for a debug command."""
+        if not self.settings.env_images or self.command:
+            return {}
+        from sandboxes.detect import split_hint
+        from sandboxes.environment import prepare
+
+        setup, test = split_hint(spec.setup_hint)
+        prepared = prepare(
+            self._client,
+            self.settings,
+            self._image(),
+            spec.repo_path,
+            spec.base_commit,
+            repo_id=spec.repo_name,
+            setup=setup,
+            test=test,
+            language=spec.repo_language,
+        )
+        return prepared.request_fields()
