@@ -18,7 +18,7 @@ from factory.run.runners import RunOptions
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 repos_app = typer.Typer(add_completion=False, help="The repository registry (repos.yaml).")
 app.add_typer(repos_app, name="repos")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # off a terminal: one line per message
 
 DataDir = Annotated[
     Path, typer.Option("--data-dir", envvar="DFLASH_DATA_DIR", help="Database, calls, dataset.")

@@ -155,7 +155,7 @@ def _sessions_stage(
 def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[str, object]:
     from sandboxes.gc import roll_spool
 
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     t0 = time.monotonic()
     with run_scope(opts.data_dir, console, sandboxes=uses_sandboxes(opts.runner)) as ledger:
         db_url = opts.db or default_url(opts.data_dir)
