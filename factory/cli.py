@@ -68,17 +68,24 @@ def repos_check(
     )
     if not online:
         return
+    from factory.ingest.fixlink import repo_warnings
     from factory.ingest.github import GitHubClient, NotFound
 
-    missing = []
+    missing, flagged = [], 0
     with GitHubClient(token, base_url=api_url) as gh:
         for r in reg.repos:
             try:
-                gh.repo(r.name)
+                notes = repo_warnings(gh.repo(r.name))
             except NotFound:
                 missing.append(r.name)
                 console.print(f"[red]404[/] {r.name}")
-    console.print(f"{len(missing)} of {len(reg.repos)} not found")
+                continue
+            if notes:  # still harvestable in part, so a warning rather than a failure
+                flagged += 1
+                console.print(f"[yellow]{', '.join(notes)}[/] {r.name}")
+    console.print(
+        f"{len(missing)} of {len(reg.repos)} not found; {flagged} archived, forks or without issues"
+    )
     raise typer.Exit(1 if missing else 0)
 
 

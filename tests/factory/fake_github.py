@@ -23,6 +23,12 @@ class FakeRepo:
     default_branch: str = "main"
     issues: list[dict[str, Any]] = field(default_factory=list)
     commits: list[tuple[str, str]] = field(default_factory=list)  # (sha, ISO date), newest first
+    # Issue → fix (timeline events per issue; pull requests, their files; a commit's files) and repo facts.
+    timelines: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    pulls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    pull_files: dict[int, list[str]] = field(default_factory=dict)
+    commit_files: dict[str, list[str]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # archived, fork, has_issues, parent
 
 
 def issue(
@@ -136,7 +142,10 @@ class FakeGitHub:
             return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}
         if len(parts) == 3:
             body: Any = {"full_name": repo.full_name, "default_branch": repo.default_branch, "private": False}
-            return self._etagged(body, inm, {})
+            return self._etagged({**body, **repo.facts}, inm, {})
+        fix = self._fix_route(repo, parts, q, path, inm)
+        if fix is not None:
+            return fix
         if parts[3] == "issues":
             items = list(repo.issues)
             state = q.get("state", "open")
@@ -157,6 +166,26 @@ class FakeGitHub:
             items = [{"sha": sha, "commit": {"committer": {"date": d}}} for sha, d in commits]
             return self._paged(path, q, items, inm)
         return 404, {"message": "Not Found"}, {}
+
+    def _fix_route(
+        self, repo: FakeRepo, parts: list[str], q: dict[str, str], path: str, inm: str | None
+    ) -> tuple[int, Any, dict[str, str]] | None:
+        """issues/{n}/timeline, pulls/{n}, pulls/{n}/files, commits/{sha} (None: not one of these)."""
+        tail = parts[3:]
+        if len(tail) == 3 and tail[0] == "issues" and tail[2] == "timeline":
+            return self._paged(path, q, repo.timelines.get(int(tail[1]), []), inm)
+        if tail[0] == "pulls" and len(tail) >= 2 and int(tail[1]) in repo.pulls:
+            n = int(tail[1])
+            if len(tail) == 2:
+                return self._etagged(repo.pulls[n], inm, {})
+            if tail[2:] == ["files"]:
+                return self._paged(path, q, [{"filename": f} for f in repo.pull_files.get(n, [])], inm)
+        if len(tail) == 2 and tail[0] == "commits" and tail[1] in repo.commit_files:
+            body = {"sha": tail[1], "html_url": f"https://github.com/{repo.full_name}/commit/{tail[1]}"}
+            return self._etagged(
+                {**body, "files": [{"filename": f} for f in repo.commit_files[tail[1]]]}, inm, {}
+            )
+        return None
 
     def _paged(
         self, path: str, q: dict[str, str], items: list[Any], inm: str | None
