@@ -16,6 +16,7 @@ from trainer.export import export_command
 from trainer.replay import replay_command
 from trainer.speculators.cli import export_speculators_command, import_speculators_command
 from trainer.submit import submit_command
+from trainer.submit_extract import submit_extract_command
 from trainer.train import train_command
 
 app = typer.Typer(
@@ -82,3 +83,4 @@ app.command("submit")(submit_command)
 app.command("replay")(replay_command)
 app.command("export-speculators")(export_speculators_command)
 app.command("import-speculators")(import_speculators_command)
+app.command("submit-extract")(submit_extract_command)
