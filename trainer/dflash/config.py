@@ -49,6 +49,33 @@ def _rope_parameters(target: PretrainedConfig) -> dict[str, Any]:
     return rp
 
 
+# RoPE variants the drafter reproduces exactly: its rotary embedding is transformers' own for these types
+# (theta, linear/dynamic/YaRN/LongRoPE/Llama-3 scaling), written to config.json for vLLM and SGLang, which
+# implement the same types for a Qwen3 layer.
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+
+
+def check_rope(target: PretrainedConfig) -> dict[str, Any]:
+    """The target's RoPE parameters, or a clear refusal when the drafter could not rotate like it.
+
+    A partial rotary factor (GLM-4: 0.5, rotating half of each head) is refused: the drafter is a Qwen3
+    layer, which serving engines rotate over the whole head, so a drafter trained with the target's
+    partial rotation would be rotated differently by vLLM and accept almost nothing, silently."""
+    rp = _rope_parameters(target)
+    partial = rp.get("partial_rotary_factor", getattr(target, "partial_rotary_factor", None))
+    if partial is not None and float(partial) != 1.0:
+        raise ValueError(
+            f"the target rotates only part of each head (partial_rotary_factor {partial}); a DFlash drafter "
+            "is a Qwen3 layer that vLLM/SGLang rotate over the whole head, so it cannot match this target"
+        )
+    kind = str(rp.get("rope_type", rp.get("type", "default")))
+    if kind not in ROPE_TYPES or "mrope_section" in rp:
+        raise ValueError(
+            f"the target's RoPE type {kind!r} is not one the drafter reproduces (one of {', '.join(ROPE_TYPES)})"
+        )
+    return rp
+
+
 def make_draft_config(
     target: PretrainedConfig,
     *,
@@ -80,7 +107,7 @@ def make_draft_config(
         hidden_act=getattr(target, "hidden_act", "silu"),
         max_position_embeddings=int(target.max_position_embeddings),
         rms_norm_eps=float(getattr(target, "rms_norm_eps", 1e-6)),
-        rope_parameters=_rope_parameters(target),
+        rope_parameters=check_rope(target),
         attention_bias=False,
         attention_dropout=0.0,
         use_sliding_window=False,

@@ -158,10 +158,12 @@ def check_compatible(drafter: DFlashDraftModel, target: Target) -> None:
     rows = _weight(target.embed_tokens).shape[0]
     if not 0 <= drafter.mask_token_id < rows:
         problems.append(f"mask token {drafter.mask_token_id} outside the target's {rows} embeddings")
-    theta = dict(getattr(target.model.config, "rope_parameters", None) or {}).get("rope_theta")
-    mine = dict(cfg.rope_parameters or {}).get("rope_theta")
-    if theta is not None and mine != theta:
-        problems.append(f"RoPE theta {mine} != target's {theta}")
+    theirs = dict(getattr(target.model.config, "rope_parameters", None) or {})
+    mine = dict(cfg.rope_parameters or {})
+    for key in sorted(set(theirs) | set(mine)):
+        if theirs.get(key) != mine.get(key) and key in theirs:  # theta, the scaling type and its factors
+            name = "theta" if key == "rope_theta" else key
+            problems.append(f"RoPE {name} {mine.get(key)} != target's {theirs.get(key)}")
     if problems:
         raise ValueError(f"drafter does not fit target {target.name}: " + "; ".join(problems))
 
