@@ -1,19 +1,24 @@
-"""The published dataset's two configs, `calls` and `sessions`, and the prefix-aware storage of prompt ids.
+"""The published dataset's two configs, `calls` and `sessions`, and the delta storage of a session's calls.
 
 Column names follow the call record where they overlap; the session's language is `lang` (older trainer
 samples called it `language`; `records.io.conform` renames it).
 
-Agents resend the whole conversation on every call, so a session's prompt ids grow quadratically when
-stored whole. A `calls` row stores them as a reference to an earlier row of the same session
-(`prompt_ids_ref`, its `call_id`), how many leading ids it shares with it (`prompt_ids_prefix_len`) and
-the rest (`prompt_ids_suffix`); a row without a reference holds all its ids in the suffix. A reference
-reaches back at most `PREFIX_WINDOW` rows and never across a shard, so a reader that walks a shard (or a
-whole split) in stored order keeps only the last `PREFIX_WINDOW` rows' ids: `PromptIdsDecoder`.
-`records.io.read_batches` gives the full `prompt_token_ids` back."""
+Agents resend the whole conversation on every call, so a session's prompt ids and request bodies grow
+quadratically when stored whole. A `calls` row is stored against an earlier row of its session
+(`delta_ref`, that row's `call_id`; null: stored whole):
+
+- prompt ids: the leading `prompt_ids_prefix_len` ids of the reference's, then `prompt_ids_suffix`;
+- request body: the reference's first `request_prefix_chars` characters, then `request_json_delta`, then
+  its last `request_suffix_chars` characters (an agent appends messages in the middle of its JSON, before
+  `system`/`tools`; characters are Unicode code points).
+
+A reference reaches back at most `DELTA_WINDOW` rows and never across a shard, so a reader walking a shard
+(or a split's shards) in stored order keeps only the last `DELTA_WINDOW` rows: `CallDeltaDecoder`.
+`records.io.read_batches` gives `prompt_token_ids` and `request_json` back whole."""
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict, deque
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -22,10 +27,13 @@ import pyarrow as pa
 from records.schema import SCHEMA, SCHEMA_VERSION, VERSION_KEY
 
 _TS = pa.timestamp("us", tz="UTC")
-PREFIX_WINDOW = 64  # rows a reference may reach back (within one shard)
-PREFIX_WINDOW_KEY = b"dflash.prefix_window"
-_META = {VERSION_KEY: str(SCHEMA_VERSION).encode(), PREFIX_WINDOW_KEY: str(PREFIX_WINDOW).encode()}
-PREFIX_COLUMNS = ("prompt_ids_ref", "prompt_ids_prefix_len", "prompt_ids_suffix")
+DELTA_WINDOW = 64  # rows a reference may reach back (within one shard)
+DELTA_WINDOW_KEY = b"dflash.delta_window"
+_META = {VERSION_KEY: str(SCHEMA_VERSION).encode(), DELTA_WINDOW_KEY: str(DELTA_WINDOW).encode()}
+DELTA_COLUMNS = (
+    "delta_ref", "prompt_ids_prefix_len", "prompt_ids_suffix",
+    "request_prefix_chars", "request_suffix_chars", "request_json_delta",
+)  # fmt: skip
 
 
 def _call(name: str) -> pa.Field:
@@ -54,12 +62,15 @@ _PER_CALL = [
 ]
 _CALL_COLUMNS = (
     "agent_session_id", "api", "model", "stream", "status_code", "outcome", "error", "finish_reason",
-    "request_json", "response_json", "prompt_tokens", "completion_tokens",
+    "response_json", "prompt_tokens", "completion_tokens",
 )  # fmt: skip
-_PROMPT_IDS = [
-    pa.field("prompt_ids_ref", pa.string()),
+_DELTA = [
+    pa.field("delta_ref", pa.string()),
     pa.field("prompt_ids_prefix_len", pa.int32()),
     pa.field("prompt_ids_suffix", pa.list_(pa.int32())),
+    pa.field("request_prefix_chars", pa.int32()),
+    pa.field("request_suffix_chars", pa.int32()),
+    pa.field("request_json_delta", pa.large_string()),
 ]
 
 DATASET_CALLS_SCHEMA = pa.schema(
@@ -70,7 +81,7 @@ DATASET_CALLS_SCHEMA = pa.schema(
         _call("agent"),
         *_PER_CALL,
         *(_call(c) for c in _CALL_COLUMNS),
-        *_PROMPT_IDS,
+        *_DELTA,
         _call("completion_token_ids"),
         _call("token_ids_source"),
         _call("started_at"),
@@ -118,89 +129,122 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if diff.size else n
 
 
-class PromptIdsEncoder:
-    """Writer side: each row's prompt ids as (ref, prefix_len, suffix) against the earlier row of its
-    session, among the last `window` rows, that shares the longest prefix. `reset()` at a new shard."""
+def common_prefix_str(a: str, b: str) -> int:
+    """Length of the common prefix (binary search over slice comparisons, which run in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
-    def __init__(self, window: int = PREFIX_WINDOW, min_prefix: int = 16, candidates: int = 8) -> None:
-        self.window, self.min_prefix, self.candidates = window, min_prefix, candidates
+
+def common_suffix_str(a: str, b: str, limit: int) -> int:
+    lo, hi = 0, min(len(a), len(b), limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid :] == b[len(b) - mid :]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class _Window:
+    """The last `window` rows (ids and request text) by call id, in stored order."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.rows: OrderedDict[str, tuple[str, np.ndarray | None, str | None]] = OrderedDict()
+
+    def push(self, call_id: str, session: str, ids: np.ndarray | None, text: str | None) -> None:
+        self.rows[call_id] = (session, ids, text)
+        if len(self.rows) > self.window:
+            self.rows.popitem(last=False)
+
+
+class CallDeltaEncoder:
+    """Writer side: each row against the earlier row of its session, among the last `window` rows, whose
+    prompt ids share the longest prefix (the latest one when there are no ids). `reset()` at a new shard."""
+
+    def __init__(self, window: int = DELTA_WINDOW, candidates: int = 8) -> None:
+        self.window, self.candidates = window, candidates
         self.reset()
 
     def reset(self) -> None:
-        self._rows: deque[tuple[str, str]] = deque()  # (call_id, session) in stored order
-        self._ids: dict[str, np.ndarray] = {}
-        self._by_session: dict[str, list[str]] = defaultdict(list)
+        self._w = _Window(self.window)
 
-    def encode(
-        self, call_id: str, session: str, ids: np.ndarray | None
-    ) -> tuple[str | None, int | None, np.ndarray | None]:
-        if ids is None:
-            return None, None, None
-        best, best_len = None, 0
-        for ref in self._by_session.get(session, [])[-self.candidates :]:
-            n = common_prefix(self._ids[ref], ids)
-            if n > best_len:
-                best, best_len = ref, n
-        self._push(call_id, session, ids)
-        if best is None or best_len < self.min_prefix:
-            return None, None, ids
-        return best, best_len, ids[best_len:]
-
-    def _push(self, call_id: str, session: str, ids: np.ndarray) -> None:
-        self._rows.append((call_id, session))
-        self._ids[call_id] = ids
-        self._by_session[session].append(call_id)
-        if len(self._rows) > self.window:
-            old, old_session = self._rows.popleft()
-            del self._ids[old]
-            self._by_session[old_session].remove(old)
-            if not self._by_session[old_session]:
-                del self._by_session[old_session]
-
-
-class PromptIdsDecoder:
-    """Reader side: full prompt ids of rows given in stored order (a shard, or a split's shards in order)."""
-
-    def __init__(self, window: int = PREFIX_WINDOW) -> None:
-        self.window = window
-        self._ids: OrderedDict[str, np.ndarray] = OrderedDict()
-
-    def decode(self, call_id: str, ref: str | None, prefix_len: int | None, suffix: Any) -> np.ndarray | None:
-        if suffix is None:
-            return None
-        tail = np.asarray(suffix, dtype=np.int32)
+    def encode(self, call_id: str, session: str, ids: np.ndarray | None, text: str | None) -> dict[str, Any]:
+        mine = [(c, r) for c, r in reversed(self._w.rows.items()) if r[0] == session][: self.candidates]
+        ref, base_ids, base_text, best = None, None, None, -1
+        for c, (_, b_ids, b_text) in mine:
+            n = common_prefix(b_ids, ids) if b_ids is not None and ids is not None else 0
+            if n > best:
+                ref, base_ids, base_text, best = c, b_ids, b_text, n
+        self._w.push(call_id, session, ids, text)
+        out: dict[str, Any] = {"delta_ref": ref, "prompt_ids_suffix": ids, "request_json_delta": text}
+        out.update(prompt_ids_prefix_len=None, request_prefix_chars=None, request_suffix_chars=None)
         if ref is None:
-            full = tail
-        else:
-            base = self._ids.get(ref)
+            return out
+        if ids is not None and base_ids is not None:
+            n = common_prefix(base_ids, ids)
+            out.update(prompt_ids_prefix_len=n, prompt_ids_suffix=ids[n:])
+        if text is not None and base_text is not None:
+            p = common_prefix_str(base_text, text)
+            q = common_suffix_str(base_text, text, min(len(base_text), len(text)) - p)
+            out.update(
+                request_prefix_chars=p, request_suffix_chars=q, request_json_delta=text[p : len(text) - q]
+            )
+        return out
+
+
+class CallDeltaDecoder:
+    """Reader side: whole prompt ids and request text of rows given in stored order (a shard, or a split's
+    shards in order)."""
+
+    def __init__(self, window: int = DELTA_WINDOW) -> None:
+        self._w = _Window(window)
+
+    def decode(self, row: dict[str, Any]) -> tuple[np.ndarray | None, str | None]:
+        ref, suffix, delta = row.get("delta_ref"), row.get("prompt_ids_suffix"), row.get("request_json_delta")
+        ids = None if suffix is None else np.asarray(suffix, dtype=np.int32)
+        text = delta
+        if ref is not None:
+            base = self._w.rows.get(ref)
             if base is None:
                 raise ValueError(
-                    f"call {call_id}: its prompt ids refer to {ref}, not among the last {self.window} rows "
-                    "read: read the calls of a shard in their stored order"
+                    f"call {row['call_id']}: stored against {ref}, which is not among the last "
+                    f"{self._w.window} rows read: read the calls of a shard in their stored order"
                 )
-            full = np.concatenate([base[: int(prefix_len or 0)], tail])
-        self._ids[call_id] = full
-        if len(self._ids) > self.window:
-            self._ids.popitem(last=False)
-        return full
+            _, b_ids, b_text = base
+            if ids is not None and row.get("prompt_ids_prefix_len") is not None and b_ids is not None:
+                ids = np.concatenate([b_ids[: int(row["prompt_ids_prefix_len"])], ids])
+            if delta is not None and row.get("request_prefix_chars") is not None and b_text is not None:
+                p, q = int(row["request_prefix_chars"]), int(row["request_suffix_chars"] or 0)
+                text = b_text[:p] + delta + b_text[len(b_text) - q :]
+        self._w.push(row["call_id"], "", ids, text)
+        return ids, text
 
 
-def expand_prompt_ids(table: pa.Table, decoder: PromptIdsDecoder) -> pa.Table:
-    """`table` (rows in stored order, with `call_id` and the prefix columns) plus `prompt_token_ids`."""
-    ids = [
-        decoder.decode(c, r, n, s)
-        for c, r, n, s in zip(
-            table.column("call_id").to_pylist(),
-            table.column("prompt_ids_ref").to_pylist(),
-            table.column("prompt_ids_prefix_len").to_pylist(),
-            table.column("prompt_ids_suffix").to_numpy(zero_copy_only=False),
-            strict=True,
-        )
-    ]
-    col = pa.array(ids, type=pa.list_(pa.int32()))
-    return table.append_column("prompt_token_ids", col)
+def expand(table: pa.Table, decoder: CallDeltaDecoder) -> pa.Table:
+    """`table` (rows in stored order, with `call_id` and the delta columns) plus `prompt_token_ids` and
+    `request_json`, whole."""
+    cols = {c: table.column(c) for c in ("call_id", *DELTA_COLUMNS)}
+    ids, texts = [], []
+    suffixes = cols["prompt_ids_suffix"].to_numpy(zero_copy_only=False)
+    plain = {c: v.to_pylist() for c, v in cols.items() if c != "prompt_ids_suffix"}
+    for i in range(table.num_rows):
+        row = {c: v[i] for c, v in plain.items()}
+        row["prompt_ids_suffix"] = suffixes[i]
+        a, b = decoder.decode(row)
+        ids.append(a)
+        texts.append(b)
+    table = table.append_column("prompt_token_ids", pa.array(ids, type=pa.list_(pa.int32())))
+    return table.append_column("request_json", pa.array(texts, type=pa.large_string()))
 
 
 def window_of(schema: pa.Schema) -> int:
-    raw = (schema.metadata or {}).get(PREFIX_WINDOW_KEY)
-    return int(raw) if raw else PREFIX_WINDOW
+    raw = (schema.metadata or {}).get(DELTA_WINDOW_KEY)
+    return int(raw) if raw else DELTA_WINDOW

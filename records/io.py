@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from records.dataset import PREFIX_COLUMNS, PromptIdsDecoder, expand_prompt_ids, window_of
+from records.dataset import DELTA_COLUMNS, CallDeltaDecoder, expand, window_of
 from records.schema import SCHEMA, schema_version
 from records.storage import calls_store, is_url, parquet_keys
 
@@ -92,8 +92,8 @@ def read_batches(
 ) -> Iterator[tuple[Path, pa.Table]]:
     """(file, table) batches of the call records under `path`, conformed; only `columns` that exist.
 
-    A published `calls` shard stores prompt ids prefix-encoded (records/dataset.py): its full
-    `prompt_token_ids` are rebuilt here, file by file in stored order, whenever they are asked for.
+    A published `calls` shard stores prompt ids and request bodies against earlier rows (records/dataset.py):
+    `prompt_token_ids` and `request_json` are rebuilt here whole, file by file in stored order.
     `path` may be a storage URL (``s3://bucket/run``, records/storage.py): its parts are read in place."""
     for f, ds in _datasets(path):
         version = schema_version(ds.schema)
@@ -103,16 +103,18 @@ def read_batches(
             current = {LEGACY_NAMES.get(n, n): n for n in names}
             wanted = [current[c] for c in columns if c in current]
             wanted += [n for n in names if LEGACY_NAMES.get(n) in columns and n not in wanted]
-        encoded = "prompt_ids_suffix" in names and (columns is None or "prompt_token_ids" in columns)
-        helpers: list[str] = []
+        encoded = "delta_ref" in names and (
+            columns is None or "prompt_token_ids" in columns or "request_json" in columns
+        )
+        helpers: list[str] = list(DELTA_COLUMNS) if encoded and columns is None else []
         if encoded and wanted is not None:
-            helpers = [c for c in ("call_id", *PREFIX_COLUMNS) if c not in wanted]
-            wanted += helpers
-        decoder = PromptIdsDecoder(window_of(ds.schema)) if encoded else None
+            helpers = [c for c in ("call_id", *DELTA_COLUMNS) if c not in columns]  # type: ignore[operator]
+            wanted += [c for c in ("call_id", *DELTA_COLUMNS) if c not in wanted]
+        decoder = CallDeltaDecoder(window_of(ds.schema)) if encoded else None
         for batch in ds.to_batches(columns=wanted, batch_size=batch_size):
             table = conform(batch, version)
             if decoder is not None:
-                table = expand_prompt_ids(table, decoder).drop_columns(helpers)
+                table = expand(table, decoder).drop_columns(helpers)
             yield f, table
 
 

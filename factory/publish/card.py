@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from records.dataset import PREFIX_WINDOW
+from records.dataset import DELTA_WINDOW
 
 
 @dataclass
@@ -187,24 +187,30 @@ calls = load_dataset("{repo_id}", "calls")        # one row per model call
 sessions = load_dataset("{repo_id}", "sessions")  # one row per agent session
 ```
 
-Prompt ids are stored prefix-encoded (an agent resends its whole history each call): a row holds the
-`call_id` of an earlier row of its session (`prompt_ids_ref`, within the last {PREFIX_WINDOW} rows of the
-same shard), how many leading ids it shares with it (`prompt_ids_prefix_len`) and the rest
-(`prompt_ids_suffix`). Rebuild them walking a split in stored order:
+An agent resends its whole history on every call, so each `calls` row is stored against an earlier row of
+its session (`delta_ref`, a `call_id` within the last {DELTA_WINDOW} rows of the same shard; null: stored
+whole): the prompt ids are the reference's first `prompt_ids_prefix_len` ids then `prompt_ids_suffix`; the
+request body is the reference's first `request_prefix_chars` characters, then `request_json_delta`, then its
+last `request_suffix_chars` characters. Rebuild both walking a split in stored order:
 
 ```python
 from collections import OrderedDict
-def prompt_ids(rows, window={PREFIX_WINDOW}):
-    seen = OrderedDict()
+def whole(rows, window={DELTA_WINDOW}):
+    seen = OrderedDict()  # call_id -> (prompt ids, request json) of the last `window` rows
     for r in rows:
-        ids = r["prompt_ids_suffix"]
-        if ids is not None and r["prompt_ids_ref"] is not None:
-            ids = seen[r["prompt_ids_ref"]][: r["prompt_ids_prefix_len"]] + ids
-        seen[r["call_id"]] = ids
+        ids, text = r["prompt_ids_suffix"], r["request_json_delta"]
+        if r["delta_ref"] is not None:
+            base_ids, base_text = seen[r["delta_ref"]]
+            if ids is not None and r["prompt_ids_prefix_len"] is not None:
+                ids = base_ids[: r["prompt_ids_prefix_len"]] + ids
+            if text is not None and r["request_prefix_chars"] is not None:
+                tail = r["request_suffix_chars"]
+                text = base_text[: r["request_prefix_chars"]] + text + base_text[len(base_text) - tail :]
+        seen[r["call_id"]] = (ids, text)
         if len(seen) > window:
             seen.popitem(last=False)
-        yield ids
-full = list(prompt_ids(calls["train"]))
+        yield ids, text
+full = list(whole(calls["train"]))  # [(prompt_token_ids, request_json), ...] in row order
 ```
 
 ## How it was made

@@ -37,7 +37,7 @@ from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import SplitPlan, plan_splits, session_rows, split_of
 from factory.publish.shards import ShardWriter
 from records import DATASET_CALLS_SCHEMA, SESSIONS_SCHEMA
-from records.dataset import PromptIdsEncoder
+from records.dataset import CallDeltaEncoder
 from records.storage import calls_store
 
 __all__ = ["ExportSettings", "ExportStats", "export", "split_of"]
@@ -108,7 +108,7 @@ class _Writers:
             self.open[(config, split)] = ShardWriter(
                 self.root / "data" / config, split, DATASET_CALLS_SCHEMA if calls else SESSIONS_SCHEMA,
                 max_bytes=self.cfg.shard_bytes, max_rows=self.cfg.rows_per_shard,
-                encoder=PromptIdsEncoder() if calls else None,
+                encoder=CallDeltaEncoder() if calls else None,
             )  # fmt: skip
         return self.open[(config, split)]
 

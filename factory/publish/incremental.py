@@ -18,34 +18,13 @@ import numpy as np
 
 from factory.publish.redact_ids import IdsRedactor
 from factory.publish.scrub import Finding, Scrubber
-from records.dataset import common_prefix
+from records.dataset import common_prefix, common_prefix_str, common_suffix_str
 
-TEXT_OVERLAP = 4096  # characters scanned before / after the changed middle of a request
+# Characters scanned before / after the changed middle of a request: longer than any token shape with its
+# `name = ` context (a PyPI token is about 200); a key block is found from its BEGIN line wherever it is.
+TEXT_OVERLAP = 512
 IDS_OVERLAP = 1024  # tokens scanned before the new part of a prompt
 _BLOCK_START = "-----BEGIN"
-
-
-def _common_prefix_str(a: str, b: str) -> int:
-    """Length of the common prefix (binary search over slice comparisons, which run in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _common_suffix_str(a: str, b: str, limit: int) -> int:
-    lo, hi = 0, min(len(a), len(b), limit)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[len(a) - mid :] == b[len(b) - mid :]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class SessionScrubber:
@@ -69,12 +48,12 @@ class SessionScrubber:
         prev = self._text.get(session)
         start, end = 0, len(text)
         if prev is not None:
-            p = _common_prefix_str(prev, text)
-            s = _common_suffix_str(prev, text, min(len(prev), len(text)) - p)
+            p = common_prefix_str(prev, text)
+            s = common_suffix_str(prev, text, min(len(prev), len(text)) - p)
             start, end = max(0, p - TEXT_OVERLAP), min(len(text), len(text) - s + TEXT_OVERLAP)
             block = text.rfind(_BLOCK_START, 0, start)
-            if block >= 0:  # a key block that begins before the window may end inside it
-                start = block
+            if block >= 0 and text.find("-----END", block, start) < 0:
+                start = block  # a key block still open where the window begins
         found = [Finding(f.start + start, f.end + start, f.kind) for f in self.scrubber.find(text[start:end])]
         out = self.scrubber.redact(text, found) if found else text
         counts.update(f.kind for f in found)

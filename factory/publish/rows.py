@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 from records import DATASET_CALLS_SCHEMA
 from records.schema import COLUMNS as RECORD_COLUMNS
@@ -20,7 +21,9 @@ from records.schema import COLUMNS as RECORD_COLUMNS
 IDS_COLUMNS = ("prompt_token_ids", "completion_token_ids")
 # What the export reads from the proxy's parts.
 PROXY_COLUMNS = [
-    c for c in (*DATASET_CALLS_SCHEMA.names, "prompt_token_ids", "user_agent", "tag") if c in RECORD_COLUMNS
+    c
+    for c in (*DATASET_CALLS_SCHEMA.names, "prompt_token_ids", "request_json", "user_agent", "tag")
+    if c in RECORD_COLUMNS
 ]
 _PRODUCT = re.compile(r"^\s*([A-Za-z][\w.-]*)/(\d[\w.+-]*)")
 
@@ -68,19 +71,18 @@ def _ids(column: pa.Array) -> list[np.ndarray | None]:
 
 
 def read_calls(files: list[Path], batch_rows: int) -> Iterator[dict[str, Any]]:
-    """Every call of the parts as a dict; ids as numpy arrays. Batches stay small: a batch of long
-    prompts is tens of MB even as Arrow."""
-    if not files:
-        return
-    ds = pads.dataset([str(p) for p in files], format="parquet")
-    cols = [c for c in PROXY_COLUMNS if c in ds.schema.names]
-    for batch in ds.to_batches(columns=cols, batch_size=batch_rows):
-        plain = {c: batch.column(c).to_pylist() for c in cols if c not in IDS_COLUMNS}
-        ids = {c: _ids(batch.column(c)) for c in IDS_COLUMNS if c in cols}
-        for i in range(batch.num_rows):
-            row = {c: v[i] for c, v in plain.items()}
-            row.update({c: v[i] for c, v in ids.items()})
-            yield row
+    """Every call of the parts as a dict; ids as numpy arrays. One file at a time, without read-ahead:
+    memory holds one row group of one part (a dataset scan would decode several parts at once)."""
+    for f in files:
+        pf = pq.ParquetFile(f, buffer_size=1 << 20, pre_buffer=False)
+        cols = [c for c in PROXY_COLUMNS if c in pf.schema_arrow.names]
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols, use_threads=False):
+            plain = {c: batch.column(c).to_pylist() for c in cols if c not in IDS_COLUMNS}
+            ids = {c: _ids(batch.column(c)) for c in IDS_COLUMNS if c in cols}
+            for i in range(batch.num_rows):
+                row = {c: v[i] for c, v in plain.items()}
+                row.update({c: v[i] for c, v in ids.items()})
+                yield row
 
 
 def dedup_key(call: dict[str, Any]) -> bytes:
@@ -107,7 +109,8 @@ def call_row(
     source = call.get("token_ids_source")
     has_ids = call.get("prompt_token_ids") is not None or call.get("completion_token_ids") is not None
     row.update(
-        prompt_token_ids=call.get("prompt_token_ids"),
+        prompt_token_ids=call.get("prompt_token_ids"),  # both stored as deltas by the shard writer
+        request_json=call.get("request_json"),
         session_id=sess["session_id"],
         repo=sess["repo"],
         repo_language=sess["repo_language"],

@@ -29,8 +29,13 @@ from detect_secrets.plugins.base import RegexBasedDetector
 PUBLIC_CONSTANTS: tuple[str, ...] = ("noreply@anthropic.com",)
 
 # detect-secrets plugins that look for a token by its shape. Left out: IPPublicDetector (an IP address is
-# not a credential), PrivateKeyDetector (it reports the header line only; the own pattern removes the block).
-_SKIPPED_PLUGINS = {"IPPublicDetector", "PrivateKeyDetector"}
+# not a credential), PrivateKeyDetector (it reports the header line only; the own pattern removes the block),
+# and the vendor detectors driven by a keyword (IBM, SoftLayer, Cloudant, Artifactory): they cost more than
+# all the others together and their `<vendor>_key = value` shape is the high-entropy assignment below.
+_SKIPPED_PLUGINS = {
+    "IPPublicDetector", "PrivateKeyDetector", "IbmCloudIamDetector", "IbmCosHmacDetector",
+    "SoftlayerDetector", "CloudantDetector", "ArtifactoryDetector",
+}  # fmt: skip
 
 # (kind, pattern, group to replace: 0 = whole match)
 PATTERNS: list[tuple[str, re.Pattern[str], int]] = [
@@ -68,11 +73,25 @@ PATTERNS: list[tuple[str, re.Pattern[str], int]] = [
         1,
     ),
 ]
+# A pattern runs only when one of its literals is in the text (a C substring search; Python's `re` does not
+# skip ahead to a literal behind `\b`). Lower-case literals are looked for in the lower-cased text.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "private_key": ("PRIVATE KEY-----",), "anthropic_key": ("sk-ant-",), "openai_key": ("sk-",),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab_token": ("glpat-", "gldt-", "glft-", "glrt-", "glsoat-"), "npm_token": ("npm_",),
+    "pypi_token": ("pypi-AgE",), "aws_access_key": ("AKIA", "ASIA"), "google_api_key": ("AIza",),
+    "slack_token": ("xox",), "huggingface_token": ("hf_",), "stripe_key": ("_live_", "_test_"),
+    "jwt": ("eyJ",), "url_password": ("://",),
+}  # fmt: skip
+_NEEDS_LOWER: dict[str, tuple[str, ...]] = {
+    "aws_secret_key": ("aws",), "assigned_secret": ("key", "token", "secret", "passw"),
+    "high_entropy_assignment": ("key", "secret", "token", "passw", "pwd", "credential"),
+}  # fmt: skip
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 
 # A long random-looking value assigned to a name that says it is secret (`DB_TOKEN = "…"`, `secret: …`).
 _ENTROPY_ASSIGNMENT = re.compile(
-    r"(?i)\b[\w.-]*(?:key|secret|token|passw(?:or)?d|pwd|credential)s?[\w.-]*[\"']?\s*[:=]\s*[\"']?"
+    r"(?i)(?:key|secret|token|passw(?:or)?d|pwd|credential)s?[\w.-]*[\"']?\s*[:=]\s*[\"']?"
     r"([A-Za-z0-9_\-/+=]{20,})"
 )
 # Identifiers that are random but public by design: a UUID (session and cache keys), a git object id.
@@ -112,11 +131,20 @@ class Scrubber:
         if not text:
             return []
         spans: list[Finding] = []
+        lower = text.lower()
+
+        def wanted(kind: str) -> bool:
+            if kind in _NEEDS_LOWER:
+                return any(w in lower for w in _NEEDS_LOWER[kind])
+            return any(w in text for w in _NEEDS.get(kind, ("",)))
+
         for kind, pattern, group in PATTERNS:
+            if not wanted(kind):
+                continue
             for m in pattern.finditer(text):
                 if m.group(group) not in self.allow:
                     spans.append(Finding(m.start(group), m.end(group), kind))
-        for m in _ENTROPY_ASSIGNMENT.finditer(text):
+        for m in _ENTROPY_ASSIGNMENT.finditer(text) if wanted("high_entropy_assignment") else ():
             value = m.group(1)
             has_digit, has_alpha = any(c.isdigit() for c in value), any(c.isalpha() for c in value)
             if _NOT_SECRET.fullmatch(value) or value in self.allow:

@@ -6,9 +6,9 @@ file reaches `max_bytes`. Token ids travel as int32 numpy arrays, never as lists
 list is about 1 MB of Python objects, the array 120 kB). Shards are renamed to the Hub's
 ``<split>-xxxxx-of-xxxxx.parquet`` once their number is known.
 
-For `calls`, the writer owns the prompt-ids encoder (records/dataset.py): a row's `prompt_token_ids` is
-stored as a reference into the same shard plus a suffix, and the encoder starts afresh with each shard,
-so every shard decodes on its own."""
+For `calls`, the writer owns the delta encoder (records/dataset.py): a row's `prompt_token_ids` and
+`request_json` are stored against an earlier row of the same shard, and the encoder starts afresh with
+each shard, so every shard decodes on its own."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from records.dataset import PromptIdsEncoder
+from records.dataset import CallDeltaEncoder
 
 
 class ShardWriter:
@@ -32,7 +32,7 @@ class ShardWriter:
         max_rows: int | None = None,
         batch_rows: int = 256,
         batch_bytes: int = 16 << 20,
-        encoder: PromptIdsEncoder | None = None,
+        encoder: CallDeltaEncoder | None = None,
     ) -> None:
         self.folder, self.split, self.schema = folder, split, schema
         self.max_bytes, self.max_rows = max_bytes, max_rows
@@ -50,9 +50,8 @@ class ShardWriter:
         if self._writer is None or self._full():
             self._next_shard()
         if self.encoder is not None:
-            ids = row.pop("prompt_token_ids", None)
-            ref, n, suffix = self.encoder.encode(row["call_id"], row.get("session_id") or "", ids)
-            row.update(prompt_ids_ref=ref, prompt_ids_prefix_len=n, prompt_ids_suffix=suffix)
+            ids, text = row.pop("prompt_token_ids", None), row.pop("request_json", None)
+            row.update(self.encoder.encode(row["call_id"], row.get("session_id") or "", ids, text))
         self.buf.append(row)
         self.buf_bytes += _payload(row)
         self._shard_rows += 1

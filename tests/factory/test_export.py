@@ -20,6 +20,7 @@ from factory.run.fake_runner import FakeSessionRunner
 from factory.run.plan import PlanConfig, plan
 from factory.run.runner import RunConfig, Runner
 from records import SCHEMA as PROXY_SCHEMA
+from records.io import read_table
 
 from .helpers import seed
 
@@ -157,13 +158,14 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
     # one repository never straddles the splits
     for split in calls:
         assert {split_of(r, 0.5) for r in calls[split]["repo"]} == {split}
-    scrubbed = [r for s in calls for r in calls[s] if "REDACTED" in r["request_json"]]
+    rows = read_table(out).to_pylist()  # request_json and prompt_token_ids whole again
+    scrubbed = [r for r in rows if "REDACTED" in r["request_json"]]
     assert len(scrubbed) == 1
     # no tokenizer was given, so the ids of the call with a secret cannot be searched: they are dropped
-    assert scrubbed[0]["prompt_ids_suffix"] is None
+    assert scrubbed[0]["prompt_token_ids"] is None
     assert scrubbed[0]["ids_redacted"] is None
-    clean = [r for s in calls for r in calls[s] if "REDACTED" not in r["request_json"]]
-    assert all(r["prompt_ids_suffix"] == [1, 2, 3] and r["ids_exact"] for r in clean)
+    clean = [r for r in rows if "REDACTED" not in r["request_json"]]
+    assert all(r["prompt_token_ids"] == [1, 2, 3] and r["ids_exact"] for r in clean)
     assert stats.exact_ids_fraction == (stats.calls - 1) / stats.calls
     assert {r["lang"] for s in sess for r in sess[s]} == {"en", "ko"}
     assert {r["agent"] for s in sess for r in sess[s]} == {"claude-code", "codex", "opencode"}

@@ -31,7 +31,9 @@ def session_calls(session: str, turns: int, seed: int, start: int = 0) -> list[d
             "user_agent": "opencode/1.18.33 ai-sdk/provider-utils/4.0.23", "api": "openai_chat",
             "method": "POST", "path": "/v1/chat/completions", "model": "target", "stream": True,
             "status_code": 200, "outcome": "ok",
-            "request_json": json.dumps({"messages": [{"role": "user", "content": f"turn {t}"}], "h": len(history)}),
+            "request_json": json.dumps(
+                    {"messages": [f"{session} turn {i}: " + "edit the file " * 30 for i in range(t + 1)], "tools": ["bash"] * 40}
+                ),
             "response_json": json.dumps({"choices": [{"message": {"content": f"reply {t}"}}]}),
             "started_at": stamp, "first_byte_at": stamp, "finished_at": stamp,
             "prompt_token_ids": list(history), "completion_token_ids": rng.integers(0, 150_000, 20).tolist(),
@@ -75,7 +77,11 @@ def test_prefix_encoded_ids_come_back_whole_and_take_a_fraction_of_the_space(
         len(r["prompt_token_ids"]) for r in rows if r["call_id"] in stored.column("call_id").to_pylist()
     )
     assert suffix < 0.15 * full  # what each call adds, not the whole history again
-    assert stored.column("prompt_ids_ref").null_count < 10
+    assert stored.column("delta_ref").null_count < 10
+    delta = sum(len(x) for x in stored.column("request_json_delta").to_pylist())
+    assert delta < 0.15 * sum(
+        len(r["request_json"]) for r in rows if r["call_id"] in stored.column("call_id").to_pylist()
+    )
 
     # `datasets` loads the layout, and the card's snippet rebuilds the ids from it
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -88,7 +94,10 @@ def test_prefix_encoded_ids_come_back_whole_and_take_a_fraction_of_the_space(
     split = next(iter(calls))
     scope: dict = {"calls": calls, "split": split}
     exec(snippet.replace('calls["train"]', "calls[split]"), scope)
-    assert scope["full"] == [got[c]["prompt_token_ids"] for c in calls[split]["call_id"]]
+    assert scope["full"] == [
+        (got[c]["prompt_token_ids"], got[c]["request_json"]) for c in calls[split]["call_id"]
+    ]
+    assert all(got[r["call_id"]]["request_json"] == r["request_json"] for r in rows)
 
 
 def test_shards_are_cut_by_bytes_and_each_decodes_alone(tmp_path, agent_traffic):
