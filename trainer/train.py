@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,13 @@ def train(
     set_seed(cfg.seed)
 
     # ---- 2. the frozen target -----------------------------------------------------------------------
-    target = target or load_target(cfg.target)
-    target.model.to(acc.device, dtype=torch.bfloat16 if mp == "bf16" else torch.float32)
+    dtype = torch.bfloat16 if mp == "bf16" else torch.float32
+    if cfg.target_device_map is not None and acc.num_processes > 1:
+        raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")
+    if target is None:  # read straight into the training dtype, on the device (or sharded over GPUs)
+        target = load_target(cfg.target, dtype=dtype, device=acc.device, device_map=cfg.target_device_map)
+    elif cfg.target_device_map is None:
+        target.model.to(acc.device, dtype=dtype)
     target.model.requires_grad_(False)
 
     # ---- 3. training sequences ----------------------------------------------------------------------
@@ -201,7 +207,9 @@ def micro_step(
     ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks."""
     step = cached.get(pick)
     if step is None:
-        step = make_step(target, units, d.layer_ids, acc.device)
+        source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)  # trainer/sources
+        taps_fn = None if cfg.feature_source == "hf" else partial(source.taps, layer_ids=d.layer_ids)
+        step = make_step(target, units, d.layer_ids, acc.device, taps_fn)
         if cfg.cache_features:
             cached[pick] = step
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)

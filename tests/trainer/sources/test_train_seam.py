@@ -1,5 +1,6 @@
 """Training asks the seam for its features: the same run fed by `hf`, `cache` and `vllm` (the stand-in
-extraction server) takes the same steps, loss for loss."""
+extraction server) takes the same steps, loss for loss. (With prefix sharing the hf path continues a KV
+cache instead of a whole forward: the same features up to float rounding, so it is compared separately.)"""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
     base = dict(
         target="tiny", data=str(calls), runs_dir=str(tmp_path / "runs"), num_layers=1, block_size=4,
         mask_token_id=MASK, max_len=256, eval_fraction=0.3, max_steps=3, lr=3e-3, anchors=16,
-        target_layer_ids=[0, 2],
+        target_layer_ids=[0, 2], prefix_sharing=False,  # hf then taps each whole sequence, as the sources do
     )  # fmt: skip
     hf_run = train(TrainConfig(**base, name="hf"), target=target)
     seqs = [s.input_ids for s in data_build.read(hf_run / "data" / "train.parquet")]
