@@ -53,6 +53,8 @@ def cmd_try(args: argparse.Namespace) -> None:
     from sandboxes.session import SessionRequest, run_session
 
     settings = SandboxSettings()
+    if args.egress:
+        settings = settings.model_copy(update={"egress": args.egress})
     client = _client()
     image = args.image or build_agents(client, settings, log=_log)
     req = SessionRequest(
@@ -67,6 +69,13 @@ def cmd_try(args: argparse.Namespace) -> None:
         time_limit_s=args.time_limit,
         settings=settings,
     )
+    if args.env:
+        # The repository's environment image, test command and setup outcome (docs/sandboxes.md).
+        from sandboxes.environment import prepare
+
+        prepared = prepare(client, settings, image, req.repo, args.commit, setup=args.setup, test=args.test)
+        for key, value in prepared.request_fields().items():
+            setattr(req, key, value)
     if args.session:
         req.session_id = args.session
     if args.run:
@@ -99,6 +108,10 @@ def main(argv: list[str] | None = None) -> None:
     gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
     t = sub.add_parser("try", help="run one session and print its result as JSON")
     t.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
+    t.add_argument("--egress", choices=["none", "registries"], help="network policy (default: settings)")
+    t.add_argument("--env", action="store_true", help="run in the repository's environment image, with tests")
+    t.add_argument("--setup", help="setup command for --env (default: detected from the build files)")
+    t.add_argument("--test", help="test command for --env (default: detected)")
     t.add_argument("--repo", type=Path, required=True)
     t.add_argument("--commit", required=True, help="base commit (any git revision)")
     t.add_argument("--task", default="", help="the task, in English or Korean")

@@ -16,6 +16,7 @@ from sandboxes import testrun
 from sandboxes.agents import AgentContext, get_agent
 from sandboxes.agents.base import parse_jsonl
 from sandboxes.config import SandboxSettings
+from sandboxes.egress import build_egress_image
 from sandboxes.files import tar_files
 from sandboxes.sandbox import AGENT_UID, ExecResult, Sandbox, SandboxSpec
 from sandboxes.testrun import TestOutcome
@@ -96,6 +97,10 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
         # The sandbox's own wall time covers setup and patch collection on top of the agent's limit.
         tests = 2 * settings.test_time_limit_s if req.test_command else 0
         settings = settings.model_copy(update={"wall_time_s": req.time_limit_s + 120 + tests})
+    client = client or docker.from_env()
+    egress_image = req.egress_image
+    if egress_image is None and settings.egress == "registries":
+        egress_image = build_egress_image(client, settings)
     spec = SandboxSpec(
         req.run_id,
         req.session_id,
@@ -104,7 +109,7 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
         req.proxy_url,
         req.image,
         settings,
-        egress_image=req.egress_image,
+        egress_image=egress_image,
         prepared_base=req.prepared_base,
     )
     baseline = after = None
