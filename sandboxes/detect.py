@@ -133,7 +133,7 @@ def plan_for(
 # "go test ./...", "python3 -m unittest discover -s tests"): those steps are its tests, not its setup.
 _TEST_STEP = re.compile(
     r"^(python3? -m (pytest|unittest)|pytest|tox|nox|go test|cargo test|(npm|yarn|pnpm)( run)? test|mvn( -\S+)* test"
-    r"|gradle( -\S+)* test|\./gradlew( -\S+)* test|ctest|make (test|check))\b"
+    r"|gradle( -\S+)* test|\./gradlew( -\S+)* test|ctest|make (test|check)|node \S*tests?[/.]\S*)\b"
 )
 
 

@@ -217,6 +217,7 @@ def test_unknown_git_revision_is_a_clear_error(tmp_path: Path) -> None:
         ("pip install -e '.[socks]' pytest", ("pip install -e '.[socks]' pytest", None)),
         ("npm install && npm test", ("npm install", "npm test")),
         ("go test ./...", (None, "go test ./...")),
+        ("node test/test.js", (None, "node test/test.js")),
         ("cargo test --lib", (None, "cargo test --lib")),
         ("python3 -m unittest discover -s tests", (None, "python3 -m unittest discover -s tests")),
         (
