@@ -20,10 +20,27 @@ from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation, utcnow
 from records import attempt_id
+from sandboxes.labels import process_start_time
 
 
 def owner_id(worker: int | str) -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{worker}"
+    """host:pid@start:worker — the process's start time tells a reused pid apart."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}@{process_start_time(pid)}:{worker}"
+
+
+def _owner_alive(owner: str) -> bool:
+    """Whether a lease owner of this host still runs (owners written before start times: by pid only)."""
+    try:
+        pid_text, _, start = owner.split(":")[1].partition("@")
+        pid = int(pid_text)
+    except (IndexError, ValueError):
+        return True  # not ours to judge
+    if pid == os.getpid():
+        return True
+    if start:
+        return process_start_time(pid) == start
+    return _alive(pid)
 
 
 @dataclass(frozen=True)
@@ -223,15 +240,7 @@ def dead_local_leases(sessions: sessionmaker[OrmSession]) -> list[tuple[str, str
                 Session.status == "running", Session.lease_owner.like(f"{host}:%")
             )
         ).all()
-    dead = []
-    for sid, owner in rows:
-        try:
-            pid = int((owner or "").split(":")[1])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and not _alive(pid):
-            dead.append((sid, owner or ""))
-    return dead
+    return [(sid, owner) for sid, owner in rows if owner and not _owner_alive(owner)]
 
 
 def reclaim_dead_local(sessions: sessionmaker[OrmSession]) -> int:

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 from rich.console import Console
-from sqlalchemy import update
+from sqlalchemy import select, update
 from typer.testing import CliRunner
 
 from factory.cli import app
@@ -21,6 +21,7 @@ from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import RunnerArgs
 from factory.run.runners import RUNNERS, get_runner, uses_sandboxes
+from sandboxes.labels import process_start_time
 
 from .helpers import seed
 
@@ -97,14 +98,31 @@ def test_status_names_sessions_leased_by_dead_runners(tmp_path):
     plan(sessions, PlanConfig(seed=0))
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid that no longer runs
-    owner = f"{socket.gethostname()}:{gone.pid}:w0"
-    with sessions.begin() as s:
-        sid = s.scalars(Session.__table__.select().with_only_columns(Session.id).limit(1)).first()
-        s.execute(update(Session).where(Session.id == sid).values(status="running", lease_owner=owner))
-    r = CliRunner().invoke(app, ["status", "--data-dir", str(data)])
+    alive = subprocess.Popen(["sleep", "60"])
+    host = socket.gethostname()
+    owners = [
+        f"{host}:{gone.pid}:w0",  # written before start times were recorded: judged by pid
+        f"{host}:{alive.pid}@0:w0",  # a live pid, but not the process that took the lease (reused pid)
+        f"{host}:{alive.pid}@{process_start_time(alive.pid)}:w0",  # alive
+        f"elsewhere:{gone.pid}:w0",  # another host's: not ours to judge
+    ]
+    try:
+        with sessions.begin() as s:
+            ids = s.scalars(select(Session.id).order_by(Session.id).limit(len(owners))).all()
+            for sid, owner in zip(ids, owners, strict=True):
+                s.execute(
+                    update(Session).where(Session.id == sid).values(status="running", lease_owner=owner)
+                )
+        r = CliRunner().invoke(app, ["status", "--data-dir", str(data)])
+    finally:
+        alive.kill()
+        alive.wait()
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["dead_leases"] == [{"session": sid, "owner": owner}]
+    assert sorted(out["dead_leases"], key=lambda d: d["owner"]) == sorted(
+        [{"session": ids[0], "owner": owners[0]}, {"session": ids[1], "owner": owners[1]}],
+        key=lambda d: d["owner"],
+    )
     assert out["reap"] == []  # no dead run recorded anything in this folder
 
 
