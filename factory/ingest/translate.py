@@ -4,17 +4,23 @@ Code must reach the agent byte for byte, so everything that is not prose (fenced
 code, URLs, file paths, identifiers) is replaced by a placeholder ``⟦n⟧`` before the text goes to the
 model and put back afterwards. The result is then checked: every placeholder exactly once, code
 blocks / inline code / URLs identical to the source, enough Hangul in the prose, and a sane length
-ratio. A failed check is retried (with the reason fed back); the last reason is stored on rejection.
+ratio, and the language of the result (`lingua`) is Korean. A failed check is retried (with the reason fed
+back); the last reason is stored on rejection.
+
+A long body is translated in pieces of whole paragraphs (`max_piece_chars`), so no answer has to exceed
+`max_tokens`; a reasoning target's ``<think>…</think>`` block is removed from each answer. A body whose
+prose has no Latin letters is not taken as already translated: its language is identified, and a source
+that is not English is rejected with that reason. `translate_missing` translates `concurrency` issues at
+once; `translate_in_background` runs it on a thread so sessions of translated issues can start meanwhile.
 
 Calls carry ``X-Dflash-Tag: translation`` so the proxy keeps them out of the agent data."""
 
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,30 +30,27 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Translation
+from factory.ingest.translate_text import (
+    LATIN,
+    PLACEHOLDER,
+    Checks,
+    Rejected,
+    language_of,
+    mask,
+    paragraphs,
+    prose,
+    strip_reasoning,
+    unmask,
+    validate,
+)
+
+__all__ = ["Checks", "Rejected", "Result", "Translator", "mask", "prose", "translate_in_background",
+           "translate_missing", "unmask", "validate"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 TAG_HEADER = "X-Dflash-Tag"
 TAG = "translation"
-
-FENCE = re.compile(r"^([ \t]*)(```+|~~~+)[^\n]*\n.*?^\1\2[ \t]*$", re.M | re.S)
-INLINE = re.compile(r"`[^`\n]+`")
-URL = re.compile(r"\bhttps?://[^\s<>()\[\]`\"']+[^\s<>()\[\]`\"'.,;:!?]")
-PATH = re.compile(
-    r"(?<![\w/])(?:\.{1,2}/|/|~/)?(?:[\w.-]+/)+[\w.-]*\w|\b[\w-]+\.(?:py|js|ts|tsx|jsx|go|rs|java|kt|c|h|cc|cpp|hpp|rb|php|cs|swift|toml|yaml|yml|json|md|txt|cfg|ini|sh|lock|xml|html|css|sql)\b"
-)
-IDENT = re.compile(
-    r"\b(?:[A-Za-z_][\w]*\.)+[A-Za-z_]\w*(?:\(\))?"  # dotted.names, module.func()
-    r"|\b[A-Za-z_]\w*\(\)"  # func()
-    r"|\b[a-z]+_[\w]+\b|\b_\w+\b"  # snake_case, _private
-    r"|\b[a-z]+[A-Z]\w*\b"  # camelCase
-    r"|\b[A-Z][a-z0-9]+[A-Z]\w*\b"  # PascalCase with an inner capital
-    r"|\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"  # CONSTANT_NAMES
-    r"|--?[a-z][\w-]*"  # --flags
-)
-PLACEHOLDER = re.compile(r"⟦(\d+)⟧")
-HANGUL = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
-LATIN = re.compile(r"[A-Za-z]")
 
 SYSTEM = (
     "You are a professional technical translator. Translate the user's GitHub issue text from English "
@@ -55,76 +58,6 @@ SYSTEM = (
     "exactly once, in a sensible position. Keep Markdown structure (headings, lists, line breaks). "
     "Do not add explanations, notes or quotes: answer with the Korean translation only."
 )
-
-
-class Rejected(ValueError):
-    """A translation attempt failed validation; the message is the reason."""
-
-
-def mask(text: str) -> tuple[str, list[str]]:
-    """Replace protected spans with ⟦i⟧; returns the masked text and the spans in order."""
-    spans: list[str] = []
-
-    def sub(pattern: re.Pattern[str], s: str) -> str:
-        def rep(m: re.Match[str]) -> str:
-            spans.append(m.group(0))
-            return f"⟦{len(spans) - 1}⟧"
-
-        return pattern.sub(rep, s)
-
-    out = text
-    for pat in (FENCE, INLINE, URL, PATH, IDENT):
-        # never re-mask inside an existing placeholder
-        parts = re.split(r"(⟦\d+⟧)", out)
-        out = "".join(p if PLACEHOLDER.fullmatch(p) else sub(pat, p) for p in parts)
-    return out, spans
-
-
-def unmask(text: str, spans: list[str]) -> str:
-    seen = Counter(int(m) for m in PLACEHOLDER.findall(text))
-    missing = [i for i in range(len(spans)) if seen[i] == 0]
-    extra = [i for i, n in seen.items() if i >= len(spans) or n > 1]
-    if missing:
-        raise Rejected(f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in missing[:5])}")
-    if extra:
-        raise Rejected(f"placeholder(s) invented or repeated: {', '.join(f'⟦{i}⟧' for i in extra[:5])}")
-    return PLACEHOLDER.sub(lambda m: spans[int(m.group(1))], text)
-
-
-def prose(text: str) -> str:
-    masked, _ = mask(text)
-    return PLACEHOLDER.sub(" ", masked)
-
-
-@dataclass(frozen=True)
-class Checks:
-    min_hangul: float = 0.5  # Hangul / (Hangul + Latin letters) in the prose
-    min_ratio: float = 0.2  # len(KO prose) / len(EN prose)
-    max_ratio: float = 2.0
-
-
-def validate(source: str, translated: str, checks: Checks = Checks()) -> None:
-    """Raise :class:`Rejected` with the reason when ``translated`` is not an acceptable translation."""
-    if not translated.strip() and source.strip():
-        raise Rejected("empty translation")
-    if [m.group(0) for m in FENCE.finditer(source)] != [m.group(0) for m in FENCE.finditer(translated)]:
-        raise Rejected("code blocks differ from the source")
-    src_wo, tr_wo = FENCE.sub("", source), FENCE.sub("", translated)
-    if Counter(INLINE.findall(src_wo)) != Counter(INLINE.findall(tr_wo)):
-        raise Rejected("inline code differs from the source")
-    if Counter(URL.findall(src_wo)) != Counter(URL.findall(tr_wo)):
-        raise Rejected("URLs differ from the source")
-    sp, tp = prose(source), prose(translated)
-    src_letters = len(LATIN.findall(sp))
-    if src_letters == 0:
-        return  # nothing to translate (all code)
-    hangul, latin = len(HANGUL.findall(tp)), len(LATIN.findall(tp))
-    share = hangul / max(1, hangul + latin)
-    if share < checks.min_hangul:
-        raise Rejected(f"Hangul share {share:.2f} < {checks.min_hangul}")
-    ratio = len(tp.strip()) / max(1, len(sp.strip()))
-    if not checks.min_ratio <= ratio <= checks.max_ratio:
-        raise Rejected(f"length ratio {ratio:.2f} outside [{checks.min_ratio}, {checks.max_ratio}]")
 
 
 @dataclass
@@ -145,6 +78,7 @@ class Translator:
         api_key: str = "dflash",
         max_attempts: int = 3,
         max_tokens: int = 4096,
+        max_piece_chars: int = 1500,
         timeout: float = 300.0,
         checks: Checks = Checks(),
         transport: httpx.BaseTransport | None = None,
@@ -152,6 +86,8 @@ class Translator:
         self.base_url = base_url.rstrip("/")
         self.max_attempts = max_attempts
         self.max_tokens = max_tokens
+        # a piece's answer needs about 2 tokens per source character (see _complete): stay under max_tokens
+        self.max_piece_chars = max(200, min(max_piece_chars, (max_tokens - 256) // 2))
         self.checks = checks
         self._http = httpx.Client(
             timeout=timeout,
@@ -191,24 +127,43 @@ class Translator:
             },
         )
         r.raise_for_status()
-        return str(r.json()["choices"][0]["message"]["content"] or "")
+        return strip_reasoning(str(r.json()["choices"][0]["message"]["content"] or ""))
 
     def translate_text(self, text: str) -> tuple[str, int]:
         """(translation, attempts); raises Rejected with the last reason."""
         masked, spans = mask(text)
-        if not LATIN.search(PLACEHOLDER.sub(" ", masked)):
+        prose_only = PLACEHOLDER.sub(" ", masked)
+        if not LATIN.search(prose_only):
+            source = language_of(prose_only)
+            if source not in (None, "english"):
+                raise Rejected(f"the source reads as {source}, not English")
             return text, 0
         reason = None
         for attempt in range(1, self.max_attempts + 1):
-            out = self._complete(masked, temperature=0.0 if attempt == 1 else 0.3 * attempt, feedback=reason)
             try:
-                translated = unmask(out.strip(), spans)
+                pieces = [self._piece(p, attempt, reason) for p in paragraphs(masked, self.max_piece_chars)]
+                translated = unmask("".join(pieces).strip(), spans)
                 validate(text, translated, self.checks)
                 return translated, attempt
             except Rejected as exc:
                 reason = str(exc)
                 log.info("translation attempt %d rejected: %s", attempt, reason)
         raise Rejected(reason or "rejected")
+
+    def _piece(self, piece: str, attempt: int, feedback: str | None) -> str:
+        """One piece (whole paragraphs, with their trailing blank lines) translated, its placeholders kept."""
+        body, tail = piece.rstrip(), piece[len(piece.rstrip()) :]
+        if not LATIN.search(PLACEHOLDER.sub(" ", body)):
+            return piece  # code only: nothing to send
+        out = self._complete(body, temperature=0.0 if attempt == 1 else 0.3 * attempt, feedback=feedback)
+        want, got = Counter(PLACEHOLDER.findall(body)), Counter(PLACEHOLDER.findall(out))
+        if want != got:
+            lost = sorted(set(want) - set(got), key=int)
+            raise Rejected(
+                f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in lost[:5])}" if lost
+                else f"placeholder(s) invented or repeated: {', '.join(f'⟦{i}⟧' for i in sorted(got - want, key=int)[:5])}"
+            )  # fmt: skip
+        return out.strip() + tail
 
     def translate_issue(self, title: str, body: str) -> Result:
         attempts = 0
@@ -268,3 +223,15 @@ def translate_missing(
         with ThreadPoolExecutor(concurrency) as pool:
             list(pool.map(one, todo))
     return counts
+
+
+def translate_in_background(
+    sessions: sessionmaker[OrmSession], translator: Translator, **kwargs: Any
+) -> Future[dict[str, int]]:
+    """`translate_missing(sessions, translator, **kwargs)` on its own thread: the caller plans and runs
+    sessions of the issues already translated (each translation is committed as it finishes; `on_done`
+    hears of each) and collects the counts with `.result()` before planning the rest."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="translate")
+    future = pool.submit(translate_missing, sessions, translator, **kwargs)
+    pool.shutdown(wait=False)
+    return future

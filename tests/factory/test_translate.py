@@ -11,7 +11,16 @@ import pytest
 from sqlalchemy import select
 
 from factory.db import Issue, Repo, Translation, connect, session_factory
-from factory.ingest.translate import Checks, Rejected, Translator, mask, translate_missing, unmask, validate
+from factory.ingest.translate import (
+    Checks,
+    Rejected,
+    Translator,
+    mask,
+    translate_in_background,
+    translate_missing,
+    unmask,
+    validate,
+)
 
 BODY = """When I call `client.fetch()` on Windows the request hangs.
 
@@ -162,3 +171,63 @@ def test_translate_missing_caches_ok_and_rejected(sqlite_url):
         "ok": 1,
         "rejected": 0,
     }
+
+
+def test_hyphenated_words_are_prose_and_flags_are_code():
+    masked, spans = mask("A well-known non-blocking call; run it with --verbose or -v.")
+    assert spans == ["--verbose", "-v"]
+    assert "well-known non-blocking" in masked
+
+
+def test_a_long_body_is_translated_in_pieces_within_max_tokens():
+    body = "\n\n".join(f"Paragraph {i}: " + "the request hangs when it retries " * 12 for i in range(20))
+    assert len(body) > 8000
+    model = FakeModel(fake_korean)
+    res = translator(model, max_tokens=4096).translate_issue("Hangs", body)
+    assert res.ok, res.reason
+    chats = [json.loads(r.content) for r in model.requests if r.url.path.endswith("/chat/completions")]
+    assert len(chats) > 3  # the title, then the body in several pieces
+    assert all(c["max_tokens"] <= 4096 for c in chats)
+    assert all(len(c["messages"][-1]["content"]) <= 2 * c["max_tokens"] for c in chats)
+    assert res.body.count("\n\n") == body.count("\n\n")  # paragraphs kept
+
+
+def test_reasoning_blocks_are_stripped_and_an_unfinished_one_is_rejected():
+    res = translator(
+        FakeModel(lambda m: "<think>\nLet me translate.\n</think>\n\n" + fake_korean(m))
+    ).translate_issue("Fetch hangs", BODY)
+    assert res.ok, res.reason
+    assert "<think>" not in res.body
+    assert "Let me" not in res.title
+    bad = translator(FakeModel(lambda m: "<think>\nLet me think about " + m), max_attempts=1)
+    res = bad.translate_issue("Fetch hangs", BODY)
+    assert not res.ok
+    assert "unfinished reasoning" in res.reason
+
+
+def test_the_language_of_source_and_answer_is_identified():
+    model = FakeModel(lambda m: pytest.fail("a non-English source is not sent"))
+    res = translator(model).translate_issue("Ошибка", "Эта ошибка возникает при запуске на Windows.")
+    assert not res.ok
+    assert "reads as russian" in res.reason
+    japanese = lambda m: re.sub(r"[A-Za-z]+", "これは日本語の文章です", m) + " 번역"  # noqa: E731
+    res = translator(FakeModel(japanese), max_attempts=1).translate_issue("Fetch hangs", BODY)
+    assert not res.ok
+    assert "reads as japanese" in res.reason
+
+
+def test_translation_runs_concurrently_in_the_background(sqlite_url):
+    sessions = session_factory(connect(sqlite_url))
+    with sessions.begin() as s:
+        r = Repo(name="o/r", language="Python", license="MIT", clone_url="x")
+        s.add(r)
+        s.flush()
+        s.add_all(
+            Issue(repo_id=r.id, number=n, title=f"Issue {n} fails", body=BODY, created_at="t", updated_at="t")
+            for n in range(1, 7)
+        )
+    done: list[int] = []
+    future = translate_in_background(sessions, translator(FakeModel(fake_korean)), concurrency=3,
+                                     on_done=lambda issue, res: done.append(issue))  # fmt: skip
+    assert future.result(timeout=60) == {"ok": 6, "rejected": 0}
+    assert sorted(done) == [1, 2, 3, 4, 5, 6]
