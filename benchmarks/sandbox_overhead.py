@@ -2,6 +2,7 @@
 sandboxes fit in the machine's memory at once.
 
     python benchmarks/sandbox_overhead.py [--sessions 10] [--hold 40] [--agents] [--json OUT]
+    python benchmarks/sandbox_overhead.py --env [--files 50000] [--repeat 3] [--json OUT]
 
 Needs a Docker engine (`make docker`). The agent phase runs each real CLI once against the scripted
 upstream (the real target is a GPU vLLM that cannot run here) through the real proxy, for its peak memory.
@@ -133,6 +134,12 @@ def agents(client: docker.DockerClient, image: str, proxy: str, run_id: str) -> 
 
 
 def main() -> None:
+    if "--env" in sys.argv[1:]:
+        # Environment images vs copy-in, and env image build time/size per language (benchmarks/env_overhead.py).
+        from benchmarks.env_overhead import main as env_main
+
+        env_main([a for a in sys.argv[1:] if a != "--env"])
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--hold", type=int, default=40)

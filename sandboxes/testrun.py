@@ -130,4 +130,7 @@ def resolved(baseline: TestOutcome | None, after: TestOutcome | None) -> bool | 
         fixed = [t for t, v in baseline.tests.items() if v in bad and after.tests.get(t) == "passed"]
         broken = [t for t, v in baseline.tests.items() if v == "passed" and after.tests.get(t) in bad]
         return bool(fixed) and not broken
+    if not any((baseline.passed, baseline.failed, baseline.errors, after.passed, after.failed, after.errors)):
+        # A runner that prints no counts at all (a plain `node test/test.js`): its exit status says it.
+        return baseline.exit_code not in (0, None) and after.exit_code == 0
     return baseline.failed + baseline.errors > 0 and after.failed + after.errors == 0 and after.exit_code == 0

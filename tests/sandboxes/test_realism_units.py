@@ -119,6 +119,15 @@ def test_resolved_by_counts_when_names_are_unknown() -> None:
     before = testrun.parse("unittest", 1, UNITTEST_QUIET)
     assert testrun.resolved(before, testrun.parse("unittest", 0, "Ran 5 tests in 0.01s\n\nOK\n")) is True
     assert testrun.resolved(before, testrun.parse("unittest", 1, UNITTEST_QUIET)) is False
+    # No counts at all: the exit status decides.
+    assert (
+        testrun.resolved(testrun.parse("node t.js", 1, "boom\n"), testrun.parse("node t.js", 0, "ok\n"))
+        is True
+    )
+    assert (
+        testrun.resolved(testrun.parse("node t.js", 0, "ok\n"), testrun.parse("node t.js", 0, "ok\n"))
+        is False
+    )
 
 
 def _repo(tmp_path: Path, files: dict[str, str]) -> tuple[Path, str]:
