@@ -1,0 +1,160 @@
+"""Environment images: session start from an environment image vs today's copy-in, for a generated repository
+of many files; environment image build time and size per language.
+
+    python benchmarks/env_overhead.py [--files 50000] [--repeat 3] [--json OUT]
+    (also: python benchmarks/sandbox_overhead.py --env)
+
+Needs a Docker engine (`make docker`); builds the agents, Python and Go family and egress images when they
+are missing (not timed). The Python repository's setup installs one PyPI dependency through the egress proxy
+(PyPI is reachable here); the Go module's setup builds it (the Go module proxy is not reachable here).
+Everything it creates carries the run id `bench-env-*`; its environment images are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import docker
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sandboxes.config import SandboxSettings  # noqa: E402
+from sandboxes.envimage import gc_env_images  # noqa: E402
+from sandboxes.environment import prepare  # noqa: E402
+from sandboxes.images.build import build_agents  # noqa: E402
+from sandboxes.sandbox import Sandbox, SandboxSpec  # noqa: E402
+
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "b",
+    "GIT_AUTHOR_EMAIL": "b@b",
+    "GIT_COMMITTER_NAME": "b",
+    "GIT_COMMITTER_EMAIL": "b@b",
+}
+
+
+def commit_all(path: Path) -> str:
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
+        subprocess.run(["git", "-C", str(path), *args], check=True, env=GIT_ENV, capture_output=True)
+    return subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def big_repo(root: Path, files: int) -> tuple[Path, str]:
+    """`files` small Python files in directories of 100 (about the shape of a large source tree)."""
+    path = root / "big"
+    for i in range(files):
+        d = path / "src" / f"pkg{i // 100:04d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"mod{i % 100:03d}.py").write_text(
+            f"# module {i}\nVALUE = {i}\n\n\ndef f(x):\n    return x + {i}\n"
+        )
+    (path / "requirements.txt").write_text("")
+    return path, commit_all(path)
+
+
+def python_repo(root: Path) -> tuple[Path, str]:
+    path = root / "py"
+    (path / "calc").mkdir(parents=True)
+    (path / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "calc"\nversion = "0.1"\ndependencies = ["six"]\n[tool.setuptools]\npackages = ["calc"]\n'
+    )
+    (path / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    return path, commit_all(path)
+
+
+def go_repo(root: Path) -> tuple[Path, str]:
+    path = root / "go"
+    path.mkdir()
+    (path / "go.mod").write_text("module bench.test/app\n\ngo 1.21\n")
+    (path / "app.go").write_text("package app\n\nfunc Add(a, b int) int { return a + b }\n")
+    return path, commit_all(path)
+
+
+def own_mib(client: docker.DockerClient, image: str, below: str) -> float:
+    return (client.images.get(image).attrs["Size"] - client.images.get(below).attrs["Size"]) / 2**20
+
+
+def start_seconds(
+    client: docker.DockerClient, spec: SandboxSpec, repeat: int
+) -> tuple[float, dict[str, float]]:
+    """Median time to a ready sandbox (network, container, repository in place) and the last run's steps."""
+    times, steps = [], {}
+    for _ in range(repeat):
+        t = time.monotonic()
+        with Sandbox(spec, client) as box:
+            times.append(time.monotonic() - t)
+            steps = dict(box.timings)
+    return statistics.median(times), steps
+
+
+def main(argv: list[str] | None = None) -> dict[str, object]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    client = docker.from_env()
+    run_id = f"bench-env-{uuid.uuid4().hex[:6]}"
+    with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp:
+        settings = SandboxSettings(env_state_dir=Path(tmp) / "state", egress="none", env_min_free_gb=1)
+        agents = build_agents(client, settings, log=lambda _m: None)
+        out: dict[str, object] = {"run_id": run_id, "files": args.files}
+        try:
+            builds = {}
+            for lang, make in (("python", python_repo), ("go", go_repo)):
+                path, sha = make(Path(tmp))
+                t = time.monotonic()
+                p = prepare(client, settings, agents, path, sha, repo_id=f"{run_id}/{lang}")
+                assert p.setup["status"] == "built", p.setup
+                family = client.images.get(str(p.image)).labels["dflash.env.family_image"]
+                builds[lang] = {
+                    "build_s": round(time.monotonic() - t, 2),
+                    "setup_s": p.setup["seconds"],
+                    "env_layer_mib": round(own_mib(client, str(p.image), family), 1),
+                    "family_layer_mib": round(own_mib(client, family, agents), 1),
+                    "egress_hosts": sorted({str(h["host"]) for h in p.setup["egress"]}),  # type: ignore[union-attr]
+                }
+                print(lang, json.dumps(builds[lang]), flush=True)
+            out["env_builds"] = builds
+            t = time.monotonic()
+            path, sha = big_repo(Path(tmp), args.files)
+            out["generate_repo_s"] = round(time.monotonic() - t, 1)
+            t = time.monotonic()
+            big = prepare(
+                client, settings, agents, path, sha, repo_id=f"{run_id}/big", setup="true", test="true"
+            )
+            out["big_env_build_s"] = round(time.monotonic() - t, 2)
+            family = client.images.get(str(big.image)).labels["dflash.env.family_image"]
+            out["big_env_layer_mib"] = round(own_mib(client, str(big.image), family), 1)
+            copy = SandboxSpec(run_id, "copy", path, sha, "http://127.0.0.1:9", family, settings)
+            env = SandboxSpec(run_id, "env", path, sha, "http://127.0.0.1:9", str(big.image), settings)
+            env.prepared_base = big.prepared_base
+            out["copy_in_start_s"], out["copy_in_steps"] = start_seconds(client, copy, args.repeat)
+            out["env_image_start_s"], out["env_image_steps"] = start_seconds(client, env, args.repeat)
+            out["speedup"] = round(float(out["copy_in_start_s"]) / float(out["env_image_start_s"]), 2)  # type: ignore[arg-type]
+        finally:
+            for lang in ("python", "go", "big"):
+                gc_env_images(
+                    client, settings.model_copy(update={"env_budget_gb": 1e-9}), repo_id=f"{run_id}/{lang}"
+                )
+    print(json.dumps(out, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
