@@ -225,6 +225,15 @@ class EgressProxy:
         env = {"NO_PROXY": no_proxy, "no_proxy": no_proxy}
         for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env[key] = self.url
+        # The JVM (Maven, Gradle) reads no proxy variables, only its own system properties.
+        skip = "|".join(no_proxy.split(","))
+        env["JAVA_TOOL_OPTIONS"] = (
+            " ".join(
+                f"-D{scheme}.proxyHost={self.address} -D{scheme}.proxyPort={SQUID_PORT}"
+                for scheme in ("http", "https")
+            )
+            + f" -Dhttp.nonProxyHosts={skip}"
+        )
         return env
 
     def hits(self) -> list[EgressHit]:
