@@ -169,7 +169,8 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
     summary["dataset"] = str(out)
     summary["export"] = {"sessions": es.sessions, "calls": es.calls, "by_agent_lang": es.by_cell,
                          "secrets": dict(es.secrets), "duplicates_dropped": es.duplicates_dropped,
-                         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped}  # fmt: skip
+                         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
+                         "exact_ids_fraction": es.exact_ids_fraction, "held_out_by": es.split_by}  # fmt: skip
     summary["elapsed_s"] = round(time.monotonic() - t0, 1)
     summary["queue"] = queue.counts(sessions)
     print_summary(console, summary, es)
@@ -185,4 +186,6 @@ def print_summary(console: Console, summary: dict[str, object], es: ExportStats)
         t.add_row(agent, lang, str(c["sessions"]), str(c["calls"]),
                   f"{c['prompt_tokens']:,}", f"{c['completion_tokens']:,}")  # fmt: skip
     console.print(t)
-    console.print(f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}")
+    kept = "n/a" if es.exact_ids_fraction is None else f"{es.exact_ids_fraction:.1%}"
+    console.print(f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}  ·  "
+                  f"calls keeping exact ids: {kept}  ·  held out by {es.split_by}")  # fmt: skip
