@@ -54,20 +54,36 @@ def cache_root(cache_dir: Path | None = None) -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dflash-factory"
 
 
-def load_target(spec: str, *, cache_dir: Path | None = None) -> Target:
-    """Load `smollm2`, `tiny-qwen3`, or a Hugging Face model directory, in eval mode, float32 on CPU."""
+def load_target(
+    spec: str,
+    *,
+    cache_dir: Path | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+    device_map: str | dict[str, Any] | None = None,
+) -> Target:
+    """Load `smollm2`, `tiny-qwen3`, or a Hugging Face model directory, in eval mode.
+
+    Weights are read straight into `dtype` on `device` (default float32 on CPU, what the stand-in server
+    runs): a bf16 8B target for training is never materialised as a float32 copy on the CPU first.
+    `device_map` (e.g. "auto") shards a target larger than one GPU across the visible GPUs (accelerate's
+    big-model loading); the model then stays where that put it."""
+    placement: Any = device_map if device_map is not None else (str(device) if device is not None else None)
     if spec == "smollm2":
-        model, tokenizer = _load_smollm2(cache_root(cache_dir))
+        model, tokenizer = _load_smollm2(cache_root(cache_dir), dtype, placement)
     elif spec == "tiny-qwen3":
         model, tokenizer = _build_tiny_qwen3()
     elif Path(spec).is_dir():
-        model = AutoModelForCausalLM.from_pretrained(spec)
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, device_map=placement)
         tokenizer = AutoTokenizer.from_pretrained(spec)
     else:
         raise ValueError(
             f"unknown target {spec!r}: expected one of {BUILTIN} or a Hugging Face model directory"
         )
-    model = model.float().eval()
+    if device_map is None:  # built in memory (tiny-qwen3), or loaded onto one device already: a no-op
+        module: torch.nn.Module = model  # Module.to moves in place (PreTrainedModel.to's stub confuses mypy)
+        module.to(torch.device(device or "cpu"), dtype)
+    model = model.eval()
     return Target(
         name=spec,
         model=model,
@@ -110,11 +126,14 @@ def smollm2_cache_dir(root: Path) -> Path:
     return root / f"smollm2-135m-instruct-{importlib.metadata.version(SMOLLM2_DIST)}"
 
 
-def _load_smollm2(root: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def _load_smollm2(
+    root: Path, dtype: torch.dtype, placement: Any
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     final = smollm2_cache_dir(root)
     if not (final / "config.json").exists():
         _convert_smollm2(final)
-    return AutoModelForCausalLM.from_pretrained(final), AutoTokenizer.from_pretrained(final)
+    model = AutoModelForCausalLM.from_pretrained(final, dtype=dtype, device_map=placement)
+    return model, AutoTokenizer.from_pretrained(final)
 
 
 def _convert_smollm2(final: Path) -> None:

@@ -190,7 +190,7 @@ class Target:
             kwargs["use_cache"] = False
         with self._capture(layer_ids) as captured:
             out = self.model(input_ids=input_ids, **kwargs)
-        taps = torch.cat([captured[k] for k in layer_ids], dim=-1) if layer_ids else None
+        taps = _concat(captured, layer_ids) if layer_ids else None
         return ForwardOutput(logits=out.logits, taps=taps)
 
     @torch.no_grad()
@@ -212,7 +212,7 @@ class Target:
         base = getattr(self.model, self.model.base_model_prefix)
         with self._capture(layer_ids) as captured:
             base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-        return torch.cat([captured[k] for k in layer_ids], dim=-1)
+        return _concat(captured, layer_ids)
 
     @contextlib.contextmanager
     def _capture(self, layer_ids: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:
@@ -234,6 +234,13 @@ class Target:
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def _concat(captured: Mapping[int, torch.Tensor], layer_ids: Sequence[int]) -> torch.Tensor:
+    """The taps side by side, on the device of the first one (a target sharded with a `device_map` has
+    its layers, and so its taps, on several GPUs)."""
+    first = captured[layer_ids[0]].device
+    return torch.cat([captured[k].to(first) for k in layer_ids], dim=-1)
 
 
 def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -83,6 +83,11 @@ class TrainConfig(BaseModel):
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 on GPU, float32 on CPU."
     )
+    target_device_map: str | None = Field(
+        None,
+        description="Online mode, one process: shard the target over the visible GPUs with this accelerate "
+        "device_map (e.g. auto) when it does not fit on one.",
+    )
     cache_features: bool = Field(
         False, description="Keep each sequence's target features in RAM (tiny data)."
     )

