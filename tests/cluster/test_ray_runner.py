@@ -64,16 +64,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             up.wait(10)
 
 
-def _planned(data: Path) -> str:
+def _planned(data: Path, *, one_per_issue: bool = False) -> str:
+    """The bundled sample's sessions (36), or one per issue (6: one agent, one language) for the runs
+    that must finish every session (`--limit` counts claims, and a retry is a claim)."""
     db = default_url(data)
     sessions = session_factory(connect(db))
     sample.install(sessions, data / "sample-repos")
-    plan(sessions, PlanConfig())
+    plan(sessions, PlanConfig(agents={"codex": 1.0}, langs={"en": 1.0}) if one_per_issue else PlanConfig())
     return db
 
 
 def _driver(
-    env: Env, data: Path, store: str, *, limit: int, sleep_s: float, log: Path
+    env: Env, data: Path, store: str, *, limit: int | None, sleep_s: float, log: Path
 ) -> subprocess.Popen[str]:
     node_env = {
         "DFLASH_RAY_NODE_DIR": str(env.root / "node"),  # both nodes are on this host: one shared node dir
@@ -84,8 +86,8 @@ def _driver(
         "DFLASH_RAY_UPLOAD_BACKOFF_MAX_S": "2",
     }
     args = [sys.executable, "-m", "factory", "run", "--ray", env.cluster.address, "--store-url", store,
-            "--upstream", env.upstream, "--runner", "fake", "--model", "scripted", "--limit", str(limit),
-            "--backoff", "0.2", "--data-dir", str(data)]  # fmt: skip
+            "--upstream", env.upstream, "--runner", "fake", "--model", "scripted", "--backoff", "0.2",
+            "--data-dir", str(data), *(["--limit", str(limit)] if limit is not None else [])]  # fmt: skip
     return subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **node_env}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
@@ -146,11 +148,11 @@ def _on_node(pid: object, node_pid: int) -> bool:
 
 def test_a_node_killed_mid_session_is_retried_elsewhere_once(env: Env, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    db = _planned(data)
+    db = _planned(data, one_per_issue=True)
     store = f"s3://{env.s3.new_bucket()}/run"
     log = tmp_path / "fake.jsonl"
     node2 = env.cluster.nodes[1]
-    driver = _driver(env, data, store, limit=4, sleep_s=6.0, log=log)
+    driver = _driver(env, data, store, limit=None, sleep_s=6.0, log=log)
     try:
         deadline = time.monotonic() + 120
         while not any(e["event"] == "start" and _on_node(e["pid"], node2.proc.pid) for e in _events(log)):
@@ -165,7 +167,7 @@ def test_a_node_killed_mid_session_is_retried_elsewhere_once(env: Env, tmp_path:
             driver.kill()
         env.cluster.nodes.remove(node2)
         env.cluster.add_node(sandboxes=2, name="node2b")  # a fresh second node for the next tests
-    assert summary["done"] == 4
+    assert summary["done"] == 6
     assert summary["retries"] >= 1
     events = _events(log)
     finishes = Counter(e["session"] for e in events if e["event"] == "finish")
@@ -175,22 +177,22 @@ def test_a_node_killed_mid_session_is_retried_elsewhere_once(env: Env, tmp_path:
     sessions = session_factory(connect(db))
     with sessions() as s:
         rows = list(s.scalars(select(Session).where(Session.status == "done")))
-    assert len(rows) == 4
+    assert len(rows) == 6
     assert {r.attempts for r in rows if r.id in killed} == {2}
     from factory.publish.export import export
 
     stats = export(sessions, data, tmp_path / "dataset", held_out=0.0, calls_url=store)
-    assert stats.sessions == 4
-    assert stats.calls == 8  # each session's final attempt, nothing duplicated
+    assert stats.sessions == 6
+    assert stats.calls == 12  # each session's final attempt, nothing duplicated
 
 
 def test_an_s3_outage_keeps_calls_in_the_spool_until_it_is_back(env: Env, tmp_path: Path) -> None:
     env.cluster.wait_nodes(2)
     data = tmp_path / "data"
-    _planned(data)
+    _planned(data, one_per_issue=True)
     store = f"s3://{env.s3.new_bucket()}/run"
     log = tmp_path / "fake.jsonl"
-    driver = _driver(env, data, store, limit=6, sleep_s=2.0, log=log)
+    driver = _driver(env, data, store, limit=None, sleep_s=2.0, log=log)
     try:
         deadline = time.monotonic() + 120
         while not any(e["event"] == "start" for e in _events(log)):
@@ -217,22 +219,26 @@ def test_an_s3_outage_keeps_calls_in_the_spool_until_it_is_back(env: Env, tmp_pa
 def test_a_restarted_driver_resumes_the_run(env: Env, tmp_path: Path) -> None:
     env.cluster.wait_nodes(2)
     data = tmp_path / "data"
-    db = _planned(data)
+    db = _planned(data, one_per_issue=True)
     store = f"s3://{env.s3.new_bucket()}/run"
     log = tmp_path / "fake.jsonl"
-    first = _driver(env, data, store, limit=6, sleep_s=3.0, log=log)
+    first = _driver(env, data, store, limit=None, sleep_s=3.0, log=log)
+    sessions = session_factory(connect(db))
+
+    def done_now() -> int:
+        with sessions() as s:
+            return len(list(s.scalars(select(Session).where(Session.status == "done"))))
+
     deadline = time.monotonic() + 120
-    while not any(e["event"] == "finish" for e in _events(log)):
+    while not done_now():  # the first result is stored: kill the driver mid-run
         assert time.monotonic() < deadline
         assert first.poll() is None, first.communicate()[1][-3000:]
         time.sleep(0.2)
     first.kill()  # SIGKILL: no lease given back, Ray kills the dead driver's tasks
     first.wait(30)
-    sessions = session_factory(connect(db))
-    with sessions() as s:
-        done_before = len(list(s.scalars(select(Session).where(Session.status == "done"))))
+    done_before = done_now()
     assert 1 <= done_before < 6
-    second = _summary(_driver(env, data, store, limit=6 - done_before, sleep_s=0.5, log=log))
+    second = _summary(_driver(env, data, store, limit=None, sleep_s=0.5, log=log))
     assert second["done"] == 6 - done_before
     finishes = Counter(e["session"] for e in _events(log) if e["event"] == "finish")
     with sessions() as s:
@@ -241,3 +247,8 @@ def test_a_restarted_driver_resumes_the_run(env: Env, tmp_path: Path) -> None:
     assert all(finishes[r.id] >= 1 for r in done)
     calls = _calls_by_attempt(store)
     assert {r.proxy_session_id for r in done} <= set(calls)
+    from factory.publish.export import export
+
+    stats = export(sessions, data, tmp_path / "dataset", held_out=0.0, calls_url=store)
+    assert stats.sessions == 6
+    assert stats.calls == 12  # the final attempt of each session, once
