@@ -54,7 +54,8 @@ def test_the_slurm_script_serves_waits_trains_and_stops_the_server(tmp_path: Pat
     bin_dir.mkdir()
     _stub(bin_dir, "srun", 'while [[ "$1" == --* ]]; do shift; done; exec "$@"')
     _stub(bin_dir, "scontrol", "echo gpu-node-7")
-    _stub(bin_dir, "curl", f'echo "curl $*" >> {log}')
+    # healthy only once the server has started, as a real /health is
+    _stub(bin_dir, "curl", f'until grep -qs "^vllm" {log}; do sleep 0.05; done; echo "curl $*" >> {log}')
     _stub(bin_dir, "vllm", f'echo "vllm $*" >> {log}; exec sleep 60')
     _stub(bin_dir, "accelerate", f'echo "accelerate $*" >> {log}; exit 3')
     script = tmp_path / "job.sbatch"
