@@ -151,8 +151,8 @@ def card(stats: ExportStats, images: list[str], *, held_out: float, repo_id: str
         split = f"`test` holds a stable ~{held_out:.0%} of *repositories* (sha256 of the name), so no repository appears in both splits."  # fmt: skip
     else:
         split = f"**{stats.split_note}.** (The rule: a stable ~{held_out:.0%} of repositories by sha256 of the name; with too few repositories for that, whole sessions by sha256 of their id.)"  # fmt: skip
-    ids_tool = (f"re-tokenized with the target's tokenizer (`{stats.tokenizer}`)" if stats.tokenizer
-                else "not searchable (no tokenizer was given), so a call whose text had a secret lost its ids")  # fmt: skip
+    ids_tool = (f"each secret's token span was re-tokenized as its placeholder with the target's tokenizer (`{stats.tokenizer}`); the other ids are exact" if stats.tokenizer
+                else "the ids were not searched (no tokenizer was given), so a call whose text had a secret lost its ids")  # fmt: skip
     return f"""{chr(10).join(_yaml(stats))}
 
 # DFlash factory: coding-agent traffic
@@ -225,9 +225,10 @@ attempts and {stats.translation_calls_skipped:,} translation calls left out).
 - **Secrets**: API keys and tokens (detect-secrets plugins and own patterns: AWS, GitHub, GitLab, npm,
   PyPI, OpenAI, Anthropic, Hugging Face, Slack, Stripe, …), private keys, passwords in URLs, secret-named
   high-entropy assignments and e-mail addresses are replaced by `<REDACTED:kind>`; the agents' own public
-  constants (e.g. `noreply@anthropic.com` in Claude Code's prompt) are not secrets. In the text: {_counts(stats.secrets)}.
-  In token ids they were {ids_tool}: {_counts(stats.secrets_in_ids)}; {stats.ids_redacted:,} calls have
-  `ids_redacted = true`.
+  constants (e.g. `noreply@anthropic.com` in Claude Code's prompt) are not secrets. Found in the text:
+  {_counts(stats.secrets)}.
+- **Secrets inside token ids**: {ids_tool}. Found in ids: {_counts(stats.secrets_in_ids)};
+  {stats.ids_redacted:,} calls have `ids_redacted = true`.
 - **Exact ids kept**: {kept} of the {stats.calls_with_ids:,} calls that carried token ids still carry them
   ({stats.token_ids_dropped:,} lost them).
 

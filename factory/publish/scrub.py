@@ -96,6 +96,8 @@ _ENTROPY_ASSIGNMENT = re.compile(
 )
 # Identifiers that are random but public by design: a UUID (session and cache keys), a git object id.
 _NOT_SECRET = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}|[0-9a-f]{40}|[0-9a-f]{64}")
+# `password = get_password_from_env`: a name in code, not a value (no digit, and `_` or `.` in it).
+_CODE_NAME = re.compile(r"(?=[^0-9]*$)[A-Za-z_][A-Za-z_.]*[_.][A-Za-z_.]*")
 ENTROPY_MIN_BITS = 3.5  # bits per character; English words and identifiers stay below, keys above
 
 
@@ -142,8 +144,10 @@ class Scrubber:
             if not wanted(kind):
                 continue
             for m in pattern.finditer(text):
-                if m.group(group) not in self.allow:
-                    spans.append(Finding(m.start(group), m.end(group), kind))
+                value = m.group(group)
+                if value in self.allow or (kind == "assigned_secret" and _CODE_NAME.fullmatch(value)):
+                    continue
+                spans.append(Finding(m.start(group), m.end(group), kind))
         for m in _ENTROPY_ASSIGNMENT.finditer(text) if wanted("high_entropy_assignment") else ():
             value = m.group(1)
             has_digit, has_alpha = any(c.isdigit() for c in value), any(c.isalpha() for c in value)
