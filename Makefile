@@ -89,3 +89,12 @@ train: install
 	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) $(TRAIN_ARGS)
 	$(BIN)/python -m trainer eval runs/latest
 	$(BIN)/python -m trainer export runs/latest runs/latest/export
+
+# The drafter where it is served: the CPU stand-in target served plainly and with runs/latest/export
+# (`make train` first when there is none), 24 held-out calls replayed against both, the MAL / speedup
+# table printed (docs/serving.md). More through BENCH_ARGS, e.g. BENCH_ARGS="--draft chat=runs/chat/export".
+BENCH_ARGS ?=
+.PHONY: bench
+bench: install
+	@test -f runs/latest/export/config.json || $(MAKE) train
+	$(BIN)/python -m trainer.replay.bench --run runs/latest $(BENCH_ARGS)

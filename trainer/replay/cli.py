@@ -18,7 +18,7 @@ from trainer.replay.settings import ReplaySettings
 from trainer.replay.summary import markdown, plots
 
 
-def _progress() -> tuple[Progress, Any]:
+def progress_reporter() -> tuple[Progress, Any]:
     """A rich bar on a terminal; off one, a plain line per finished call (logs and CI read those)."""
     if sys.stderr.isatty():
         from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
@@ -77,7 +77,7 @@ def run_replay(settings: ReplaySettings, progress: Progress | None = None) -> di
 def replay_command(settings: ReplaySettings) -> None:
     """Replay held-out agent calls against OpenAI-compatible endpoints: MAL from the servers' spec-decode
     counters, tokens/s, time to first token and speedup over a baseline, per agent and language."""
-    progress, _bar = _progress()
+    progress, _bar = progress_reporter()
     try:
         report = run_replay(settings, progress)
     except ReplayError as e:
