@@ -31,8 +31,16 @@ def cmd_build(args: argparse.Namespace) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> None:
-    from sandboxes.gc import collect, reap_data_dir
+    from sandboxes.gc import collect, reap_data_dir, watch
 
+    if args.watch:
+        if len(args.data_dir or []) != 1:
+            typer.echo("error: --watch needs exactly one --data-dir", err=True)
+            sys.exit(2)
+        found = watch(args.data_dir[0], args.watch, _client)
+        for line in found.lines() if found else [f"run {args.watch} ended cleanly"]:
+            typer.echo(line)
+        return
     report = collect(_client(), run_id=args.run, everything=args.all, dry_run=args.dry_run)
     for data_dir in args.data_dir or []:
         # The dead runs of that data folder: their processes, sandboxes and spool.
@@ -106,6 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     gc.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     gc.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    gc.add_argument(
+        "--watch",
+        metavar="RUN_ID",
+        help="wait until that run of --data-dir dies, reap what it left at once, then exit (started by each run)",
+    )
     t = sub.add_parser("try", help="run one session and print its result as JSON")
     t.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
     t.add_argument("--egress", choices=["none", "registries"], help="network policy (default: settings)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import docker
 
 from sandboxes import labels as L
-from sandboxes.ledger import dead_ledgers, process_alive, stop_process
+from sandboxes.ledger import RunLedger, dead_ledgers, ledger_dir, process_alive, stop_process
 from sandboxes.network import delete_rule, tagged_rules
 
 
@@ -145,3 +146,25 @@ def reap_data_dir(
     elif segments:
         report.spool_rolled = roll_spool(data_dir)
     return report
+
+
+def watch(
+    data_dir: Path,
+    run_id: str,
+    client: Callable[[], docker.DockerClient] | None = None,
+    *,
+    poll_s: float = 2.0,
+) -> GcReport | None:
+    """Outlive run `run_id` just long enough to reap what it leaves when it dies (a kill -9 leaves its
+    sandboxes running until someone removes them); None when the run ended cleanly (ledger closed)."""
+    path = ledger_dir(data_dir) / f"{run_id}.json"
+    while True:
+        try:
+            rec = RunLedger.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            rec = None  # unreadable for a moment: look again
+        if rec is not None and not L.owner_alive(rec.owner):
+            return reap_data_dir(data_dir, client)
+        time.sleep(poll_s)

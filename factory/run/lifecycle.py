@@ -1,6 +1,7 @@
 """A run's life on its host: refuse a second live run on the same data folder, reap what dead runs of
 that folder left (their services, sandboxes, firewall rules; then roll their proxy's spool), record what
-this run starts, and remove its own leftovers however it ends."""
+this run starts, and remove its own leftovers however it ends: on the way out when it can, else through a
+watcher process that outlives it only to reap it (and the next run's reap catches anything else)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import logging
 import os
 import secrets
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +51,18 @@ def preview(data_dir: Path) -> list[str]:
     return reap(data_dir, dry_run=True).lines("would remove")
 
 
+def _start_watcher(data_dir: Path, run_id: str) -> None:
+    """A small process in a session of its own that outlives this run only to reap it if it dies (so a
+    killed run's sandboxes do not wait for the next run); it exits as soon as the ledger is closed."""
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    with (log_dir / "reaper.log").open("ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "sandboxes", "gc", "--data-dir", str(data_dir), "--watch", run_id],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
 @contextlib.contextmanager
 def run_scope(
     data_dir: Path, console: Console, *, sandboxes: bool, exclusive: bool = True
@@ -61,6 +76,7 @@ def run_scope(
         for line in report.lines():
             console.print(f"[bold]reap[/] {line}", soft_wrap=True)
         ledger = Ledger(data_dir, new_run_id(), sandboxes=sandboxes)
+        _start_watcher(data_dir, ledger.record.run_id)
         try:
             yield ledger
         finally:

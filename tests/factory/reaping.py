@@ -3,6 +3,7 @@ a run left behind (its ledger, its processes)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -74,3 +75,27 @@ def kill9(p: subprocess.Popen[str], group: bool) -> None:
 
 def all_gone(entries: list[ProcessEntry]) -> bool:
     return not any(process_alive(e) for e in entries)
+
+
+def _dead(proc: object) -> bool:
+    import psutil
+
+    assert isinstance(proc, psutil.Process)
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def kill_watcher(run_id: str) -> int:
+    """kill -9 the run's watcher (as an OOM kill or a crash taking everything would); returns its pid."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "--watch" in cmd and run_id in cmd:
+            proc.kill()
+            # Its parent, the run, never waits for it: dead means gone or a zombie.
+            wait_for("the watcher to die", functools.partial(_dead, proc))
+            return int(proc.pid)
+    raise AssertionError(f"no watcher for {run_id}")

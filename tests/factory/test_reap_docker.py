@@ -1,8 +1,9 @@
 """The same kill-and-restart with real sandboxes: a harvest whose session runs in a confined Docker
 sandbox (a short command in place of an agent: it makes one real call through the proxy, then waits) is
-killed with `kill -9` while the session is in flight; the restart on the same data folder removes the
-dead run's container, network and firewall rules and stops its processes, the session completes once
-and the dead attempt's call is rolled from the spool (dropped from the export as a stale attempt)."""
+killed with `kill -9` while the session is in flight. Its watcher removes the dead run's container,
+network and firewall rules at once; when the watcher dies too, the restart on the same data folder does.
+Either way the session completes once and the dead attempt's call is rolled from the spool (dropped from
+the export as a stale attempt)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,17 @@ from sqlalchemy import select
 from factory.db import Session, connect, default_url, session_factory
 from factory.run.services import free_port
 
-from .reaping import all_gone, finish, harvest, kill9, ledger, processes, records_written, wait_for
+from .reaping import (
+    all_gone,
+    finish,
+    harvest,
+    kill9,
+    kill_watcher,
+    ledger,
+    processes,
+    records_written,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL = (
@@ -53,7 +64,7 @@ def firewall_rules() -> str:
 
 @pytest.mark.slow
 @pytest.mark.docker
-@pytest.mark.parametrize("group", [True, False], ids=["kill-group", "kill-runner"])
+@pytest.mark.parametrize("group", [True, False], ids=["kill-group", "kill-runner-and-watcher"])
 def test_killed_harvest_leaves_no_sandbox_behind(tmp_path, docker_client, image, scripted_upstream, group):
     data, port = tmp_path / "data", free_port()
     common = ("--target-url", scripted_upstream, "--runner", "sandbox", "--image", image)
@@ -72,8 +83,17 @@ def test_killed_harvest_leaves_no_sandbox_behind(tmp_path, docker_client, image,
     assert networks[0] in firewall_rules()
     services = processes(ledger(data))  # type: ignore[arg-type]
 
-    kill9(first, group)
-    assert docker_client.containers.list(all=True, filters=label)  # nothing removes it but a reap
+    if group:
+        kill9(first, group)
+        # The run's watcher outlives it only to reap it: the sandbox goes without waiting for a restart.
+        wait_for("the watcher's reap", lambda: not docker_client.containers.list(all=True, filters=label), 60)
+        log = data / "logs" / "reaper.log"
+        wait_for("the watcher's report", lambda: f"removed network {networks[0]}" in log.read_text(), 30)
+        assert f"removed container {containers[0].name}" in log.read_text()
+    else:
+        kill_watcher(run_id)  # everything of the run dies (watcher first): only the restart's reap is left
+        kill9(first, group)
+        assert docker_client.containers.list(all=True, filters=label)
 
     summary = finish(harvest(data, *common, "--sandbox-command", "true"))
     assert summary["run"]["done"] == 1
