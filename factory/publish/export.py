@@ -94,7 +94,12 @@ def load_tokenizer(name: str) -> Any:
     # export without one needs nothing of it.
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(name)
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"tokenizer {name!r} (ExportSettings.tokenizer, DFLASH_EXPORT_TOKENIZER) could not be loaded: {e}"
+        ) from e
 
 
 class _Writers:

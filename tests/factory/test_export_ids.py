@@ -205,3 +205,9 @@ def test_without_a_tokenizer_only_calls_with_a_real_secret_lose_ids(tmp_path, to
     assert stats.calls_with_ids == len(rows)
     assert stats.token_ids_dropped == 1
     assert stats.exact_ids_fraction == (len(rows) - 1) / len(rows)
+
+
+def test_a_tokenizer_that_cannot_be_loaded_is_named(tmp_path):
+    sessions, _ = finished_sessions(tmp_path)
+    with pytest.raises(ValueError, match="DFLASH_EXPORT_TOKENIZER"):
+        export(sessions, tmp_path / "data", tmp_path / "ds", tokenizer=str(tmp_path / "no-such-tokenizer"))
