@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import docker
+import requests
 from docker.models.containers import Container
 
 from sandboxes.files import tar_files
@@ -254,7 +255,7 @@ class EgressProxy:
                 self.container.remove(force=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.APIError as exc:
+            except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
                 errors.append(f"egress container: {exc}")
             self.container = None
         return errors

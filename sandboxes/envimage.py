@@ -148,7 +148,9 @@ def _build(
         box_settings,
         egress_image=egress_image,
     )
-    with Sandbox(spec, client) as box:
+    # Committing (and removing) a container that holds a large tree outlasts the SDK's 60 s default under load.
+    slow = docker.from_env(timeout=int(limit))
+    with Sandbox(spec, slow) as box:
         res = box.exec(["sh", "-c", plan.setup], timeout=limit)
         fetched = [asdict(h) for h in box.egress.hits()] if box.egress else []
         tail = (res.stdout + res.stderr).decode(errors="replace")[-4000:]

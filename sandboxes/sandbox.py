@@ -19,6 +19,7 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 import docker
+import requests
 from docker.models.containers import Container
 
 from sandboxes import cgroups
@@ -207,8 +208,8 @@ class Sandbox:
                 self.container.remove(force=True)
             except docker.errors.NotFound:
                 pass
-            except docker.errors.APIError as exc:
-                errors.append(f"container: {exc}")
+            except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+                errors.append(f"container: {exc}")  # the egress proxy, network and relay still go
             self.container = None
         if self.egress is not None:
             errors += self.egress.close()
