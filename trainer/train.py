@@ -20,7 +20,6 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from trainer.drafting import Drafting, frozen_weight, make_drafting
 from trainer.packed import PackedStep, make_step, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl
 from trainer.rundir import open_run, resolve_data
-from trainer.sources import source_for
+from trainer.sources import source_for, step_taps
 
 __all__ = ["TrainConfig", "latest_checkpoint", "train"]  # the names callers of a training run need
 
@@ -208,7 +207,8 @@ def micro_step(
     step = cached.get(pick)
     if step is None:
         source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)  # trainer/sources
-        taps_fn = None if cfg.feature_source == "hf" else partial(source.taps, layer_ids=d.layer_ids)
+        seqs = [seg.seq.input_ids for u in units for seg in u.segments]  # asked as one batch
+        taps_fn = None if cfg.feature_source == "hf" else step_taps(source, seqs, d.layer_ids)
         step = make_step(target, units, d.layer_ids, acc.device, taps_fn)
         if cfg.cache_features:
             cached[pick] = step
