@@ -29,6 +29,8 @@ from records.io import read_table
 
 from .helpers import seed
 
+pytestmark = pytest.mark.slow  # each test loads a real tokenizer and exports (≈ 5–10 s)
+
 AGENTS = Path(__file__).resolve().parents[1] / "fixtures" / "agents"
 CAPTURES = {
     "claude-code": "claude-code",

@@ -59,6 +59,7 @@ def agent_traffic(tmp_path):
     return sessions, rows
 
 
+@pytest.mark.slow
 def test_prefix_encoded_ids_come_back_whole_and_take_a_fraction_of_the_space(
     tmp_path, agent_traffic, monkeypatch
 ):
