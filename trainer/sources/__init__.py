@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 
 from standin.model import Target
-from trainer.sources.base import FeatureError, FeatureSource, prefix_groups
+from trainer.sources.base import FeatureError, FeatureSource, prefix_groups, step_taps
 from trainer.sources.cache import CacheSource
 from trainer.sources.hf import HFSource
 from trainer.sources.numbering import TapNumberingError, from_vllm, to_vllm
@@ -33,6 +33,7 @@ __all__ = [
     "make_source",
     "prefix_groups",
     "source_for",
+    "step_taps",
     "to_vllm",
 ]
 

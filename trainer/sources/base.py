@@ -10,7 +10,7 @@ follows it, so a sequence that is a prefix of another is served from the longer 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -67,3 +67,17 @@ def taps_via_many(source: FeatureSource, input_ids: torch.Tensor, layer_ids: Seq
     """`taps` for a source whose features live off the device (files, a server)."""
     feats = source.taps_many([input_ids[0].tolist()], layer_ids)[0]
     return feats.to(input_ids.device)[None]
+
+
+def step_taps(
+    source: FeatureSource, sequences: Sequence[Sequence[int]], layer_ids: Sequence[int]
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A packed step's `taps_fn`: every sequence of the step asked of `source` in one batch (so a
+    sequence that is a prefix of another is sent once, and a server sees them concurrently), then served
+    by ids — `[1, T]` on a device → `[1, T, n·H]` on that device."""
+    feats = {tuple(s): f for s, f in zip(sequences, source.taps_many(sequences, layer_ids), strict=True)}
+
+    def taps(input_ids: torch.Tensor) -> torch.Tensor:
+        return feats[tuple(input_ids[0].tolist())].to(input_ids.device)[None]
+
+    return taps
