@@ -108,7 +108,8 @@ def read_batches(
         )
         helpers: list[str] = list(DELTA_COLUMNS) if encoded and columns is None else []
         if encoded and wanted is not None:
-            helpers = [c for c in ("call_id", *DELTA_COLUMNS) if c not in columns]  # type: ignore[operator]
+            rebuilt = ("call_id", *DELTA_COLUMNS, "prompt_token_ids", "request_json")
+            helpers = [c for c in rebuilt if c not in columns]  # type: ignore[operator]
             wanted += [c for c in ("call_id", *DELTA_COLUMNS) if c not in wanted]
         decoder = CallDeltaDecoder(window_of(ds.schema)) if encoded else None
         for batch in ds.to_batches(columns=wanted, batch_size=batch_size):

@@ -73,3 +73,27 @@ def test_rows_round_trip_in_stored_order_and_the_window_bounds_references() -> N
 def test_reading_out_of_order_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="stored order"):
         CallDeltaDecoder().decode({"call_id": "x1", "delta_ref": "x0", "prompt_ids_suffix": [1]})
+
+
+def test_records_io_rebuilds_only_the_columns_asked_for(tmp_path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from records import DATASET_CALLS_SCHEMA
+    from records.io import read_table
+
+    enc = CallDeltaEncoder()
+    rows = []
+    for t in range(3):
+        row = {"call_id": f"c{t}", "session_id": "s"}
+        row.update(enc.encode(f"c{t}", "s", ids(range(50 + t)), body(t + 1)))
+        rows.append(row)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=DATASET_CALLS_SCHEMA), tmp_path / "train-00000-of-00001.parquet"
+    )
+    only_ids = read_table(tmp_path, ["call_id", "prompt_token_ids"])
+    assert only_ids.column_names == ["call_id", "prompt_token_ids"]
+    assert only_ids.column("prompt_token_ids").to_pylist()[2] == list(range(52))
+    text = read_table(tmp_path, ["request_json"])
+    assert text.column_names == ["request_json"]
+    assert text.column("request_json").to_pylist() == [body(1), body(2), body(3)]
