@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--part-mib", type=float, default=4.0)
     a = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local cluster: no token file left in ~/.ray
     with tempfile.TemporaryDirectory() as d:
         scheduling(a.sessions, a.concurrency, Path(d))
         upload(a.parts, a.part_mib, Path(d))

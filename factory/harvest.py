@@ -71,6 +71,13 @@ class HarvestOptions(ServiceOptions):
         description="Run this shell command in each sandbox instead of the agent ({session}: the attempt's "
         "proxy session id); for confinement checks and tests.",
     )
+    ray: str | None = Field(
+        default=None,
+        description="Place the sessions on this Ray cluster (HEAD:6379) instead of this host (docs/factory.md).",
+    )
+    store_url: str | None = Field(
+        default=None, description="With --ray: where the nodes' calls land and the export reads (s3://…)."
+    )
 
     @field_validator("agents")
     @classmethod
@@ -138,6 +145,14 @@ def _sessions_stage(
         )
         ps = plan(sessions, cfg)
         console.print(f"[bold]plan[/] +{ps.added} sessions ({ps.total} in the plan)")
+        if opts.ray:  # many hosts: Ray is imported only then (an optional heavy dependency)
+            from factory.run.ray_runner import run_for_harvest
+
+            summary["run"] = run_for_harvest(sessions, address=opts.ray, store_url=opts.store_url,
+                                             upstream=opts.target_url or _target, runner=opts.runner, model=model,
+                                             image=opts.image, time_limit_s=opts.session_timeout,
+                                             data_dir=opts.data_dir, limit=opts.limit, console=console)  # fmt: skip
+            return summary
         session_runner = _session_runner(opts, model, ledger, console)
         run_cfg = RunConfig(
             proxy_url=proxy, data_dir=opts.data_dir, concurrency=opts.concurrency, limit=opts.limit
@@ -165,7 +180,9 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         # the proxy is stopped: roll what it left in its spool, then export
         console.print(f"[bold]roll[/] {roll_spool(opts.data_dir)}", soft_wrap=True)
     out = opts.data_dir / "dataset"
-    es = export(sessions, opts.data_dir, out, held_out=opts.held_out)
+    es = export(
+        sessions, opts.data_dir, out, held_out=opts.held_out, calls_url=opts.store_url if opts.ray else None
+    )
     summary["dataset"] = str(out)
     summary["export"] = {"sessions": es.sessions, "calls": es.calls, "by_agent_lang": es.by_cell,
                          "secrets": dict(es.secrets), "duplicates_dropped": es.duplicates_dropped,

@@ -223,3 +223,28 @@ def run_from_cli(
     stats, reports = run_cluster(sessions, opts, cfg, progress_kw={"console": console})
     return {"done": stats.done, "agent_failed": stats.agent_failed, "retries": stats.infra_retries,
             "infra_failed": stats.infra_failed, "lost_leases": stats.lost_leases, **reports}  # fmt: skip
+
+
+def run_for_harvest(
+    sessions: sessionmaker[OrmSession],
+    *,
+    address: str,
+    store_url: str | None,
+    upstream: str,
+    runner: Literal["sandbox", "fake"],
+    model: str,
+    image: str | None,
+    time_limit_s: float | None,
+    data_dir: Path,
+    limit: int | None,
+    console: Console,
+) -> dict[str, Any]:
+    """`harvest --ray`: the harvest's sessions on the cluster (the rest of the harvest is unchanged)."""
+    if not store_url:
+        raise ValueError("--store-url is required with --ray: where the nodes' calls land")
+    ray_opts = RayOptions(address=address, store_url=store_url, upstream=upstream, session_runner=runner,
+                          model=model, image=image, time_limit_s=time_limit_s)  # fmt: skip
+    cfg = RunConfig(proxy_url="ray://node-proxy", data_dir=data_dir, limit=limit)
+    stats, reports = run_cluster(sessions, ray_opts, cfg, progress_kw={"console": console})
+    return {"done": stats.done, "agent_failed": stats.agent_failed, "infra_failed": stats.infra_failed,
+            "retries": stats.infra_retries, **reports}  # fmt: skip

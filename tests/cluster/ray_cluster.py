@@ -22,6 +22,9 @@ from tests.support import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
+# No usage reporting, and no token authentication: a token file left in ~/.ray by any local `ray.init()`
+# would otherwise switch the head to tokens that the other processes of the test do not carry.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
 
 
 @dataclass
@@ -77,7 +80,7 @@ class RayCluster:
             proc = subprocess.Popen(
                 [RAY, "start", "--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}",
                  "--num-cpus=1", *args],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **env},
+                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV, **env},
                 start_new_session=True,
             )  # fmt: skip
         node = Node(proc, log)
@@ -106,7 +109,7 @@ class RayCluster:
                 if n.proc.poll() is not None and n is self.nodes[0]:
                     raise RuntimeError(f"the head exited: {n.log.read_text()[-2000:]}")
             r = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
-                               timeout=60)  # fmt: skip
+                               timeout=60, env={**os.environ, **RAY_ENV})  # fmt: skip
             seen = (r.stdout.strip().splitlines() or ["?"])[-1]
             if seen == str(alive):
                 return

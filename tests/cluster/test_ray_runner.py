@@ -28,7 +28,7 @@ from factory.db import Session, connect, default_url, session_factory
 from factory.ingest import sample
 from factory.run.plan import PlanConfig, plan
 from records.io import read_table
-from tests.cluster.ray_cluster import RayCluster
+from tests.cluster.ray_cluster import RAY_ENV, RayCluster
 from tests.support import REPO_ROOT, free_port
 from tests.support.s3 import LocalS3, local_s3
 
@@ -88,7 +88,7 @@ def _driver(
     args = [sys.executable, "-m", "factory", "run", "--ray", env.cluster.address, "--store-url", store,
             "--upstream", env.upstream, "--runner", "fake", "--model", "scripted", "--backoff", "0.2",
             "--data-dir", str(data), *(["--limit", str(limit)] if limit is not None else [])]  # fmt: skip
-    return subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **node_env}, text=True,
+    return subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **RAY_ENV, **node_env}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
@@ -252,3 +252,25 @@ def test_a_restarted_driver_resumes_the_run(env: Env, tmp_path: Path) -> None:
     stats = export(sessions, data, tmp_path / "dataset", held_out=0.0, calls_url=store)
     assert stats.sessions == 6
     assert stats.calls == 12  # the final attempt of each session, once
+
+
+def test_harvest_with_ray_exports_from_the_bucket(env: Env, tmp_path: Path) -> None:
+    """`harvest --ray`: the same one command, its sessions placed on the cluster, its export read from
+    the bucket (the harvest's own local proxy only serves the translation step)."""
+    env.cluster.wait_nodes(2)
+    data = tmp_path / "data"
+    store = f"s3://{env.s3.new_bucket()}/harvest"
+    node_env = {"DFLASH_RAY_NODE_DIR": str(env.root / "node"), "DFLASH_RAY_SEGMENT_MAX_AGE_S": "1",
+                "DFLASH_RAY_UPLOAD_POLL_S": "0.5"}  # fmt: skip
+    args = [sys.executable, "-m", "factory", "harvest", "--ray", env.cluster.address, "--store-url", store,
+            "--target-url", env.upstream, "--runner", "fake", "--limit", "4", "--held-out", "0",
+            "--data-dir", str(data)]  # fmt: skip
+    r = subprocess.run(args, cwd=REPO_ROOT, env={**os.environ, **RAY_ENV, **node_env}, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    calls = _calls_by_attempt(store)
+    assert len(calls) == 4
+    assert set(calls.values()) == {2}
+    stats = json.loads((data / "dataset" / "stats.json").read_text())
+    assert stats["sessions"] == 4
+    assert stats["calls"] == 8
