@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from trainer.dflash.config import config_dict, config_from_dict
 from trainer.sources.numbering import from_vllm, to_vllm
 
 BODY_PREFIXES = ("fc.", "hidden_norm.", "layers.", "norm.")
@@ -46,6 +47,19 @@ SPECULATORS_VERSION = "0.9.0"  # the layout written; only the fields below are r
 
 def _body(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if k.startswith(BODY_PREFIXES)}
+
+
+def _weights(src: Path) -> dict[str, torch.Tensor]:
+    """`model.safetensors`, or the shards its `model.safetensors.index.json` names."""
+    index = src / "model.safetensors.index.json"
+    if index.exists():
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+            state.update(load_file(str(src / shard)))
+        return state
+    if not (src / "model.safetensors").exists():
+        raise ValueError(f"{src} holds no model.safetensors (nor an index of shards)")
+    return load_file(str(src / "model.safetensors"))
 
 
 def to_speculators(
@@ -122,7 +136,7 @@ def from_speculators(ckpt_dir: str | Path, out_dir: str | Path, num_target_layer
     src, out = Path(ckpt_dir), Path(out_dir)
     cfg = json.loads((src / "config.json").read_text())
     layer = dict(cfg.get("transformer_layer_config") or {})
-    state = load_file(str(src / "model.safetensors"))
+    state = _weights(src)
     _refuse(cfg, layer, state)
     n_target = num_target_layers or (cfg.get("dflash_factory") or {}).get("num_target_layers")
     if n_target is None:
@@ -141,11 +155,9 @@ def from_speculators(ckpt_dir: str | Path, out_dir: str | Path, num_target_layer
             "target_layer_ids": from_vllm(aux, int(n_target), include_last_layer=False),  # tap ids −1
         },
     )
-    rp = flat.get("rope_parameters") or {}
-    if "rope_theta" in rp:  # the released layout carries the flat fields too (transformers 4.x loaders)
-        flat["rope_theta"] = rp["rope_theta"]
-        extra = {k: v for k, v in rp.items() if k != "rope_theta"}
-        flat["rope_scaling"] = extra if extra.get("rope_type", "default") != "default" else None
+    # speculators saves the layer config as a diff against Qwen3's defaults: fill them in, and write it
+    # exactly as `DFlashDraftModel.save` does (flat RoPE fields included)
+    flat = config_dict(config_from_dict(flat))
     body = _body(state)
     missing = [p for p in ("fc.weight", "hidden_norm.weight", "norm.weight") if p not in body]
     if missing:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from datasets import load_from_disk
 from safetensors.torch import load_file, save_file
+from transformers import Qwen3Config
 from typer.testing import CliRunner
 
 from tests.trainer.dflash.tiny import MASK, tiny_target
@@ -150,3 +151,19 @@ def test_import_speculators_replaces_the_runs_drafter_and_keeps_the_old_one(tmp_
     assert refused.exit_code == 2
     assert "pruned" in refused.output
     assert len(list(run.glob("drafter.before-import-*"))) == 1  # a refused import touches nothing
+
+
+def test_a_diff_style_layer_config_imports_complete(tmp_path: Path) -> None:
+    # speculators saves transformer_layer_config with to_diff_dict(): Qwen3's defaults are left out
+    src = drafter_dir(tmp_path)
+    spec = to_speculators(src, tmp_path / "spec", verifier="tiny")
+    cfg = json.loads((spec / "config.json").read_text())
+    defaults = Qwen3Config().to_dict()
+    layer = cfg["transformer_layer_config"]
+    cfg["transformer_layer_config"] = {
+        k: v for k, v in layer.items() if k == "model_type" or defaults.get(k) != v
+    }
+    assert len(cfg["transformer_layer_config"]) < len(layer)
+    (spec / "config.json").write_text(json.dumps(cfg))
+    back = from_speculators(spec, tmp_path / "back")
+    assert json.loads((back / "config.json").read_text()) == json.loads((src / "config.json").read_text())
