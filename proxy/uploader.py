@@ -20,12 +20,22 @@ from pathlib import Path
 import typer
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from clikit import settings_command
 from records.storage import Store
 
 log = logging.getLogger(__name__)
+
+
+class _Gone(FileNotFoundError):
+    """The part left the folder meanwhile: another uploader of the same folder took it."""
 
 
 @dataclass
@@ -66,21 +76,35 @@ class Uploader:
         """Parts waiting locally, oldest name first (hidden temporaries of a roll in progress skipped)."""
         if not self.calls_dir.is_dir():
             return []
-        return sorted(p for p in self.calls_dir.glob("*.parquet") if not p.name.startswith((".", "_")))
+        return sorted(
+            p
+            for p in self.calls_dir.rglob("*.parquet")
+            if not any(part.startswith((".", "_")) for part in p.relative_to(self.calls_dir).parts)
+        )
+
+    def _put(self, part: Path, key: str) -> int:
+        if not part.exists():
+            raise _Gone(part)
+        return self.store.upload(part, key)
 
     def upload_part(self, part: Path) -> int:
         """Upload one part with retries and backoff; remove it locally once confirmed. Returns bytes."""
-        key = f"{self.prefix}/{part.name}" if self.prefix else part.name
+        rel = part.relative_to(self.calls_dir).as_posix()
+        key = f"{self.prefix}/{rel}" if self.prefix else rel
         retrying = Retrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
             # Any failure is the store's (network, credentials, StorageError on a size mismatch, botocore's
-            # own exception classes, which do not derive from OSError): all are worth another try.
-            retry=retry_if_exception_type(Exception),
+            # own exception classes, which do not derive from OSError): all are worth another try; a part
+            # another uploader of the same folder already moved is not.
+            retry=retry_if_exception_type(Exception) & retry_if_not_exception_type(_Gone),
             reraise=True,
             before_sleep=self._count_failure,
         )
-        size = int(retrying(self.store.upload, part, key))
+        try:
+            size = int(retrying(self._put, part, key))
+        except _Gone:
+            return 0
         part.unlink(missing_ok=True)  # only now: the store holds the same bytes under the same name
         with self._lock:
             self.stats.uploaded += 1

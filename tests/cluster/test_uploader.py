@@ -115,3 +115,18 @@ def test_cli_once_uploads_and_reports(tmp_path: Path) -> None:
     missing = CliRunner().invoke(app, ["--data-dir", str(tmp_path / "data"), "--once"])
     assert missing.exit_code == 2
     assert "store" in missing.output
+
+
+def test_nested_parts_keep_their_path_and_a_part_taken_by_another_uploader_is_skipped(tmp_path: Path) -> None:
+    store = Store.from_url(tmp_path / "store")
+    calls = tmp_path / "calls"
+    nested = calls / "2026-12-01" / "part-n-000001.parquet"
+    nested.parent.mkdir(parents=True)
+    nested.write_bytes(b"nested part")
+    up = _fast(calls, store)
+    assert up.pending() == [nested]
+    # Two uploaders share a folder (two nodes on one host): the other one took this part already.
+    assert up.upload_part(calls / "part-gone-000001.parquet") == 0
+    assert up.stats.failures == 0
+    assert up.sweep() == (1, 0)
+    assert store.read_bytes("calls/2026-12-01/part-n-000001.parquet") == b"nested part"
