@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -38,10 +38,21 @@ __all__ = [
 ]
 
 
-def final_head(target: Target) -> torch.nn.Module:
-    """The target's final norm then LM head: what turns the last layer's output into logits."""
-    base = getattr(target.model, target.model.base_model_prefix)
-    return torch.nn.Sequential(base.norm, target.lm_head)
+def final_head(target: Target) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The target's final norm then LM head (what turns the last layer's output into logits), on CPU
+    tensors; None when the loaded target lacks them (then the final-layer check is skipped)."""
+    base = getattr(target.model, target.model.base_model_prefix, None)
+    norm = getattr(base, "norm", None)
+    if norm is None or target.model.get_output_embeddings() is None:
+        return None
+    head = torch.nn.Sequential(norm, target.lm_head)
+    weight = next(target.lm_head.parameters())
+    device, dtype = weight.device, weight.dtype
+
+    def logits(h: torch.Tensor) -> torch.Tensor:
+        return head(h.to(device, dtype)).cpu()
+
+    return logits
 
 
 def make_source(
@@ -64,13 +75,11 @@ def make_source(
         def reference(ids: Sequence[int], layer_ids: Sequence[int]) -> torch.Tensor:
             return hf.taps_many([ids], layer_ids)[0]
 
-        head = final_head(target)
-        head_cpu = lambda h: head(h.to(target.model.device, target.lm_head.weight.dtype)).cpu()  # noqa: E731
         return VllmSource(
             vllm or VllmSourceSettings.model_validate({}),
             target.num_layers,
             target.hidden_size,
-            head=head_cpu,
+            head=final_head(target),
             reference=reference,
         )
     raise FeatureError(f"feature_source {kind!r}: one of hf, cache, vllm")
