@@ -87,6 +87,22 @@ def _q(cmd: list[str]) -> str:
     )
 
 
+# Slurm signals only the batch shell (--signal=B:TERM@120, before the time limit or on preemption): the
+# trap forwards SIGTERM to srun, which passes it to the task on every node; every rank checkpoints at its
+# next optimizer step and exits 143; then the job requeues itself, and the requeued job runs the same
+# command, whose fixed run name resumes from that checkpoint.
+PREEMPTION = [
+    "on_term() {",
+    '  echo "SIGTERM: checkpointing every rank, then requeueing job $SLURM_JOB_ID"',
+    '  kill -TERM "$SRUN_PID" 2>/dev/null || true',
+    '  wait "$SRUN_PID" || true',
+    '  scontrol requeue "$SLURM_JOB_ID"',
+    "  exit 0",
+    "}",
+    "trap on_term TERM",
+]
+
+
 def sbatch_script(launch: Launch, name: str, config: str, overrides: list[str], run_dir: Path) -> str:
     s: dict[str, Any] = {
         "partition": None,
@@ -121,9 +137,10 @@ def sbatch_script(launch: Launch, name: str, config: str, overrides: list[str], 
         f"cd {shlex.quote(launch.workdir)}",
         *([launch.setup] if launch.setup else []),
         'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "# training checkpoints on SIGTERM and resumes from its run directory when requeued",
+        *PREEMPTION,
         f"srun --kill-on-bad-exit=1 bash -c {shlex.quote(_q(cmd))} &",
-        "wait $!",
+        "SRUN_PID=$!",
+        'wait "$SRUN_PID"',
     ]
     return "\n".join(lines) + "\n"
 

@@ -275,6 +275,7 @@ def finish(
             "steps": pos.step,
             "sequences": n_seqs,
             "world_size": world,
+            "distributed_type": str(acc.distributed_type.value),
             "train_seconds": round(elapsed, 1),
             "target_tokens": meter.tokens * world,
             "supervised_tokens": meter.supervised * world,
