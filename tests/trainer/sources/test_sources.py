@@ -51,6 +51,7 @@ def test_prefix_groups_point_each_prefix_at_its_longest_extension() -> None:
     assert prefix_groups([[1, 2, 3], [1, 2], [1], [2], [1, 2, 4]]) == [0, 0, 0, 3, 4]
 
 
+@pytest.mark.slow
 def test_hf_cache_and_vllm_give_identical_float32_taps(tiny: Target, tmp_path: Path) -> None:
     hf = HFSource(tiny).taps_many(SEQS, TAPS)
     cache_mod.write(HFSource(tiny), SEQS, TAPS, tmp_path / "features")  # what `trainer features` stores
