@@ -223,6 +223,10 @@ def submit(
     # launch.* only shapes the job; the training command gets the rest
     overrides = [o for o in overrides or [] if not o.strip().startswith("launch")]
     fields = dict(cfg.launch)
+    if "extract" in fields:  # the two-part job (vLLM extraction + trainer): trainer/submit_extract.py
+        raise typer.BadParameter(
+            "this config has launch.extract: submit it with `python -m trainer submit-extract`"
+        )
     launch = Launch(**{k: v for k, v in fields.items() if k in Launch.__dataclass_fields__})
     launch.backend = backend or launch.backend
     if launch.backend not in BACKENDS:
