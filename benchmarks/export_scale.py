@@ -208,6 +208,7 @@ def main() -> None:
     ap.add_argument("--max-prompt", type=int, default=30_000, help="prompt tokens at a session's last turn")
     ap.add_argument("--concurrency", type=int, default=16, help="sessions in flight (interleaved in parts)")
     ap.add_argument("--tokenizer", action="store_true", help="export with the tokenizer (ids searched)")
+    ap.add_argument("--shard-mb", type=float, default=500, help="the export's shard_bytes, in MB")
     ap.add_argument("--work", type=Path, default=Path("/tmp/export_scale"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--_export", nargs=3, help=argparse.SUPPRESS)
@@ -227,7 +228,8 @@ def main() -> None:
     cmd = [sys.executable, __file__, "--_export", str(data), str(out), url] + (
         ["--tokenizer"] if a.tokenizer else []
     )
-    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=os.environ).stdout)
+    env = {**os.environ, "DFLASH_EXPORT_SHARD_BYTES": str(int(a.shard_mb * 1e6))}
+    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
     calls_files = [(f, b) for f, b in res["files"] if "/calls/" in f]
     stored = sum(b for _, b in calls_files)
     plain = plain_bytes(out, a.work / "plain.parquet")
