@@ -9,9 +9,12 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+import typer
 import yaml
 
 from trainer.sources.numbering import check_launch
+from trainer.submit import submit
 from trainer.submit_extract import SubmitExtractSettings, render
 
 AUX = "[2,10,18,26,34,36]"  # Qwen3-8B, 5 taps [1, 9, 17, 25, 33] in vLLM numbering, final layer last
@@ -87,3 +90,8 @@ def test_the_kubernetes_job_shares_a_volume_between_vllm_and_the_trainer(tmp_pat
     script = train["command"][-1]
     assert script.index("until curl -sf http://127.0.0.1:8000/health") < script.index("accelerate launch")
     assert "vllm.url=http://127.0.0.1:8000" in script
+
+
+def test_plain_submit_refuses_a_two_part_config(tmp_path: Path) -> None:
+    with pytest.raises(typer.BadParameter, match="submit-extract"):
+        submit(config(tmp_path, tmp_path / "hs"), backend="slurm", dry_run=True)
