@@ -15,6 +15,9 @@ GIT_ID = ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost", "-c",
 # A throwaway repository that lives as long as one session: store objects uncompressed and skip fsync
 # (about half the time of `git add` here; the tar grows by roughly the tree's compressible share).
 FAST = ["-c", "core.compression=0", "-c", "core.looseCompression=0", "-c", "core.fsync=none"]
+# Past ~6,700 loose objects `git commit` starts `gc --auto` in the background: it would race the tar (and
+# the temporary directory's removal) with packs half written.
+FAST += ["-c", "gc.auto=0", "-c", "maintenance.auto=false"]
 
 
 def _git(args: list[str], *, cwd: Path | None = None, data: bytes | None = None) -> bytes:
