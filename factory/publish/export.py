@@ -17,11 +17,15 @@ files, byte for byte. docs/dataset.md describes every column."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy import update
@@ -41,6 +45,7 @@ from records.dataset import CallDeltaEncoder
 from records.storage import calls_store
 
 __all__ = ["ExportSettings", "ExportStats", "export", "split_of"]
+log = logging.getLogger(__name__)
 
 
 class ExportSettings(BaseSettings):
@@ -127,9 +132,15 @@ def export(
     data_dir: Path,
     out_dir: Path,
     settings: ExportSettings | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> ExportStats:
-    """Write the `calls` and `sessions` configs of `data_dir`'s finished sessions to `out_dir`."""
+    """Write the `calls` and `sessions` configs of `data_dir`'s finished sessions to `out_dir`.
+
+    `progress` gets one plain line every 10,000 calls read and one per stage (a CLI echoes them; they read
+    the same on a terminal and in a log)."""
+    say = progress or (lambda line: log.info("%s", line))
     cfg = ExportSettings(**{**(settings or ExportSettings()).model_dump(), **overrides})
     stats = ExportStats()
     files = part_files(_calls_dir(data_dir, cfg.calls_url))
@@ -145,8 +156,14 @@ def export(
     shutil.rmtree(tmp, ignore_errors=True)
     writers = _Writers(tmp, cfg)
     state = SessionScrubber(scrubber, redactor, Counter(per_proxy))
-    _write_calls(read_calls(files, cfg.batch_rows), by_proxy, plan, state, writers, stats, cfg)
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    say(f"export: {total:,} calls in {len(files):,} parts, {len(by_proxy):,} sessions; held out by {plan.by}")
+    _write_calls(
+        _ticking(read_calls(files, cfg.batch_rows), total, say), by_proxy, plan, state, writers, stats, cfg
+    )
     call_counts = _write_sessions(by_proxy, plan, scrubber, writers, stats)
+    frac = "n/a" if stats.exact_ids_fraction is None else f"{stats.exact_ids_fraction:.1%}"
+    say(f"export: {stats.calls:,} calls and {stats.sessions:,} sessions written; exact ids kept on {frac}")
     stats.files = writers.close()
     (tmp / "plots").mkdir(parents=True, exist_ok=True)
     images = plots(stats, tmp / "plots")
@@ -162,6 +179,16 @@ def export(
         for sid, n in call_counts.items():
             s.execute(update(Session).where(Session.id == sid).values(call_count=n))
     return stats
+
+
+def _ticking(
+    calls: Iterator[dict[str, Any]], total: int, say: Callable[[str], None]
+) -> Iterator[dict[str, Any]]:
+    t0 = time.monotonic()
+    for n, call in enumerate(calls, 1):
+        yield call
+        if n % 10_000 == 0:
+            say(f"export: {n:,}/{total:,} calls read, {n / (time.monotonic() - t0):,.0f} calls/s")
 
 
 def _write_calls(

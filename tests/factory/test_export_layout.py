@@ -104,7 +104,10 @@ def test_prefix_encoded_ids_come_back_whole_and_take_a_fraction_of_the_space(
 def test_shards_are_cut_by_bytes_and_each_decodes_alone(tmp_path, agent_traffic):
     sessions, rows = agent_traffic
     out = tmp_path / "ds"
-    stats = export(sessions, tmp_path / "data", out, shard_bytes=60_000, held_out=0.0)
+    lines: list[str] = []
+    stats = export(sessions, tmp_path / "data", out, shard_bytes=60_000, held_out=0.0, progress=lines.append)
+    assert lines[0].startswith("export: 120 calls in 1 parts")
+    assert lines[-1] == "export: 120 calls and 12 sessions written; exact ids kept on 100.0%"
     shards = sorted((out / "data" / "calls").glob("*.parquet"))
     assert len(shards) >= 3
     assert [p.name for p in shards] == [
