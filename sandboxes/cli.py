@@ -99,6 +99,21 @@ def cmd_try(args: argparse.Namespace) -> None:
     sys.exit(0 if result.status == "succeeded" else 1)
 
 
+def cmd_env_gc(args: argparse.Namespace) -> None:
+    from sandboxes.envimage import gc_env_images
+
+    settings = SandboxSettings()
+    if args.max_age_days is not None:
+        settings = settings.model_copy(update={"env_max_age_days": args.max_age_days})
+    if args.budget_gb is not None:
+        settings = settings.model_copy(update={"env_budget_gb": args.budget_gb})
+    removed = gc_env_images(_client(), settings, dry_run=args.dry_run, repo_id=args.repo)
+    verb = "would remove" if args.dry_run else "removed"
+    for tag in removed:
+        typer.echo(f"{verb} {tag}")
+    typer.echo(f"{verb}: {len(removed)} environment images")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m sandboxes", description=__doc__)
     sub = parser.add_subparsers(dest="command_name", required=True)
@@ -119,6 +134,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar="RUN_ID",
         help="wait until that run of --data-dir dies, reap what it left at once, then exit (started by each run)",
     )
+    eg = sub.add_parser(
+        "env-gc", help="remove environment images past their age, then the oldest over budget"
+    )
+    eg.add_argument("--max-age-days", type=float, help="default: DFLASH_SANDBOX_ENV_MAX_AGE_DAYS (14)")
+    eg.add_argument("--budget-gb", type=float, help="default: DFLASH_SANDBOX_ENV_BUDGET_GB (100)")
+    eg.add_argument("--repo", help="only this repository's images (its registry name)")
+    eg.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     t = sub.add_parser("try", help="run one session and print its result as JSON")
     t.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
     t.add_argument("--egress", choices=["none", "registries"], help="network policy (default: settings)")
@@ -143,4 +165,4 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command_name == "try" and not args.command and not args.task:
         parser.error("try needs --task (or --command)")
-    {"build": cmd_build, "gc": cmd_gc, "try": cmd_try}[args.command_name](args)
+    {"build": cmd_build, "gc": cmd_gc, "try": cmd_try, "env-gc": cmd_env_gc}[args.command_name](args)

@@ -10,11 +10,13 @@ PyPI is reached for real, through squid (the one registry this machine can reach
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from sandboxes.cli import main as cli_main
 from sandboxes.config import SandboxSettings
 from sandboxes.envimage import gc_env_images
 from sandboxes.environment import prepare
@@ -94,7 +96,11 @@ def _session(prepared_fields: dict[str, object], repo: Path, sha: str, settings:
 
 
 def test_python_environment_image_baseline_fails_after_fix_passes(
-    docker_client, agents_image: str, settings: SandboxSettings, tmp_path: Path
+    docker_client,
+    agents_image: str,
+    settings: SandboxSettings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     repo, sha = python_repo(tmp_path)
     repo_id = f"test/calc-{uuid.uuid4().hex[:6]}"
@@ -128,6 +134,13 @@ def test_python_environment_image_baseline_fails_after_fix_passes(
         assert gc_env_images(docker_client, settings, repo_id=repo_id) == []
         tiny = settings.model_copy(update={"env_budget_gb": 1e-6})
         assert gc_env_images(docker_client, tiny, repo_id=repo_id, dry_run=True) == [prepared.image]
+        # …and past its age (a clock 15 days on), as `python -m sandboxes env-gc` says.
+        later = time.time() + 15 * 86400
+        assert gc_env_images(docker_client, settings, repo_id=repo_id, dry_run=True, now=later) == [
+            prepared.image
+        ]
+        cli_main(["env-gc", "--repo", repo_id, "--budget-gb", "0.000001", "--dry-run"])
+        assert f"would remove {prepared.image}" in capsys.readouterr().out
         assert gc_env_images(docker_client, tiny, repo_id=repo_id) == [prepared.image]
         assert not docker_client.images.list(filters={"label": f"dflash.env.repo={repo_id}"})
 
