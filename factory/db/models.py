@@ -71,6 +71,8 @@ class Issue(Base):
     created_at: Mapped[str] = mapped_column(String(40))  # GitHub's ISO 8601, kept verbatim
     updated_at: Mapped[str] = mapped_column(String(40))
     base_commit: Mapped[str | None] = mapped_column(String(64))
+    # What fixed it, for closed issues (factory/ingest/fixlink.py): kind, url, merge_commit, files, pull_request.
+    fix: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     harvested_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
     repo: Mapped[Repo] = relationship(back_populates="issues")

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import HttpCache, Issue, Repo, utcnow
+from factory.ingest.fixlink import fix_for_issue
 from factory.ingest.github import GitHubClient, GitHubError, NotFound, is_bot
 from factory.ingest.registry import IssueFilter, Registry
 
@@ -126,12 +127,23 @@ def fetch_repo(client: GitHubClient, st: _RepoState, flt: IssueFilter, report: H
         if why is None:
             item["_base_commit"] = client.commit_at(st.name, branch, item["created_at"])
             why = None if item["_base_commit"] else "no commit before issue"
+            if why is None and item.get("state") == "closed":
+                item["_fix"] = _fix(client, st.name, int(item["number"]))
         if why:
             report.skipped[why] = report.skipped.get(why, 0) + 1
             continue
         out.append(item)
         budget -= 1
     return _Fetched(branch, renamed, out, high)
+
+
+def _fix(client: GitHubClient, name: str, number: int) -> dict[str, Any] | None:
+    """The issue's fix; a timeline that cannot be read leaves it unknown rather than failing the repository."""
+    try:
+        found = fix_for_issue(client, name, number)
+    except GitHubError:
+        return None
+    return found.to_dict() if found else None
 
 
 def _store(s: OrmSession, repo: Repo, f: _Fetched) -> None:
@@ -152,6 +164,7 @@ def _store(s: OrmSession, repo: Repo, f: _Fetched) -> None:
                 created_at=item["created_at"],
                 updated_at=item.get("updated_at") or item["created_at"],
                 base_commit=item["_base_commit"],
+                fix=item.get("_fix"),
             )
         )
     repo.issues_since = f.high

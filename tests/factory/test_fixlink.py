@@ -130,3 +130,54 @@ def test_repos_check_online_reports_archived_forks_and_no_issues(tmp_path) -> No
     assert "fork of up/copy, issues disabled o/copy" in r.output
     assert "o/ok" not in r.output
     assert "0 of 3 not found; 2 archived, forks or without issues" in r.output
+
+
+def test_harvest_stores_the_fix_of_closed_issues(db_url) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy import select
+
+    from factory.db import Issue, connect, session_factory
+    from factory.ingest.issues import harvest
+    from factory.ingest.registry import parse
+
+    from .fake_github import issue
+
+    body = "Steps to reproduce: " + "y" * 80
+    with FakeGitHub() as fake:
+        fake.add(
+            FakeRepo(
+                "o/r",
+                commits=[("aaa", "2024-01-01T00:00:00Z")],
+                issues=[
+                    issue(1, body=body, state="closed", created="2024-01-05T00:00:00Z"),
+                    issue(2, body=body, state="closed", created="2024-01-06T00:00:00Z"),
+                    issue(3, body=body, created="2024-01-07T00:00:00Z"),
+                ],
+                timelines={1: [_xref(12, "o/r", merged=True)], 2: [{"event": "closed", "commit_id": None}]},
+                pulls={
+                    12: {
+                        "number": 12,
+                        "html_url": "https://github.com/o/r/pull/12",
+                        "merge_commit_sha": "m" * 40,
+                    }
+                },
+                pull_files={12: ["src/x.py"]},
+            )
+        )
+        sessions = session_factory(connect(db_url))
+        reg = parse({"repos": [{"name": "o/r", "language": "Python", "license": "MIT"}]})
+        with GitHubClient("tok", base_url=fake.url, sleep=lambda _s: None) as c:
+            report = harvest(sessions, reg, c)
+        # An open issue's timeline is not asked for.
+        assert not [r for r in fake.requests if r["path"] == "/repos/o/r/issues/3/timeline"]
+    assert report.issues_new == 3
+    with sessions() as s:
+        fixes = {i.number: i.fix for i in s.scalars(select(Issue))}
+    assert fixes[1] == {
+        "kind": "pull_request",
+        "url": "https://github.com/o/r/pull/12",
+        "merge_commit": "m" * 40,
+        "files": ["src/x.py"],
+        "pull_request": 12,
+    }
+    assert fixes[2] is None
+    assert fixes[3] is None
