@@ -105,6 +105,15 @@ class TrainConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="Optimizer steps between checkpoints (0: each epoch end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept (oldest deleted).")
     log_every: int = Field(1, ge=1, description="Optimizer steps between metrics lines.")
+    eval_every: int = Field(
+        0,
+        ge=0,
+        description="Optimizer steps between teacher-forced evaluations on the held-out split (0: off).",
+    )
+    trackers: list[Literal["tensorboard", "wandb"]] = Field(
+        default_factory=list,
+        description="accelerate trackers to log to besides metrics.jsonl (off by default; wandb needs its login).",
+    )
     # what `python -m trainer eval` does with this run by default
     eval_prompts: int = Field(8, ge=1, description="Held-out prompts decoded by `eval`.")
     eval_max_new_tokens: int = Field(64, ge=1, description="Tokens generated per held-out prompt.")

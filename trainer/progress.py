@@ -98,3 +98,21 @@ class Meter:
 def append_jsonl(path: Path, rec: dict[str, Any]) -> None:
     with path.open("a") as fh:
         fh.write(json.dumps(rec) + "\n")
+
+
+def start_trackers(acc: Any, cfg: Any, run_dir: Path) -> None:
+    """accelerate's trackers (TensorBoard under ``run_dir/<name>``, W&B in its project), when configured."""
+    if not cfg.trackers:
+        return
+    acc.project_configuration.set_directories(str(run_dir))
+    flat = {k: v for k, v in cfg.model_dump().items() if isinstance(v, int | float | str | bool)}
+    acc.init_trackers(str(cfg.name), config=flat)
+
+
+def track(acc: Any, cfg: Any, prefix: str, rec: dict[str, Any]) -> None:
+    """One metrics record to the trackers: its scalars, and the accuracy at each draft position."""
+    if not cfg.trackers:
+        return
+    values = {f"{prefix}/{k}": v for k, v in rec.items() if k != "step" and isinstance(v, int | float)}
+    values.update({f"{prefix}/acc@{i + 1}": a for i, a in enumerate(rec.get("acc", []))})
+    acc.log(values, step=int(rec["step"]))

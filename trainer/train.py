@@ -41,8 +41,9 @@ from trainer.dflash import helpers as H
 from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import StepOutput, dflash_loss, use_flex_attention
 from trainer.drafting import Drafting, frozen_weight, make_drafting
+from trainer.heldout import HeldOut
 from trainer.packed import PackedStep, make_step, sample_anchors
-from trainer.progress import Meter, Progress, append_jsonl
+from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.rundir import open_run, resolve_data
 from trainer.sources import source_for, step_taps
 
@@ -62,9 +63,12 @@ def train(
         mixed_precision=mp,
         gradient_accumulation_steps=cfg.grad_accum,
         step_scheduler_with_optimizer=False,
+        log_with=list(cfg.trackers) or None,  # TensorBoard / W&B through accelerate, off by default
+        project_dir=cfg.runs_dir,  # the run's own directory once its name is agreed (start_trackers)
         cpu=not torch.cuda.is_available(),  # several CPU processes (torchrun) then train as DDP over gloo
     )
     cfg, run_dir = open_run(acc, cfg, argv)
+    start_trackers(acc, cfg, run_dir)
     set_seed(cfg.seed)
 
     # ---- 2. the frozen target -----------------------------------------------------------------------
@@ -148,6 +152,7 @@ def loop(
     cached: dict[int, PackedStep] = {}
     progress = Progress(d.total_steps, pos.step, cfg.block_size, enabled=acc.is_main_process)
     meter = Meter(cfg.block_size, acc.device)
+    heldout = HeldOut(cfg, run_dir / "data") if cfg.eval_every else None
     micro, world, t0 = pos.micro, acc.num_processes, time.monotonic()
     d.model.train()
     try:
@@ -181,7 +186,13 @@ def loop(
                 )
                 if acc.is_main_process:
                     append_jsonl(run_dir / "metrics.jsonl", rec)
+                track(acc, cfg, "train", rec)
                 progress.update(pos.step, rec["loss"], rec["acc"], rec["tokens"] / max(elapsed, 1e-9))
+            if heldout and pos.step % cfg.eval_every == 0:
+                rec = {"step": pos.step, **heldout.run(acc, target, d, weights, flex)}
+                if acc.is_main_process:
+                    append_jsonl(run_dir / "heldout.jsonl", rec)
+                track(acc, cfg, "heldout", rec)
             at_epoch_end = micro % d.micro_per_epoch == 0
             if (cfg.save_every and pos.step % cfg.save_every == 0) or (at_epoch_end and not cfg.save_every):
                 save_checkpoint(acc, run_dir, pos, cfg.keep_checkpoints)

@@ -42,8 +42,9 @@ def test_explicit_options_win_over_set_over_the_file(tmp_path: Path) -> None:
 def test_train_command_options_are_generated_from_the_model() -> None:
     train = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
     flags = {opt for p in train.params for opt in p.opts}
+    nested = {"launch", "vllm"}  # mappings and sub-models: set with --set key.sub=value or the file
     for field in TrainConfig.model_fields:
-        if field != "launch":
+        if field not in nested:
             assert "--" + field.replace("_", "-") in flags, field
     assert {"--config", "--set", "--no-resume"} <= flags
 

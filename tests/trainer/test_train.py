@@ -185,3 +185,18 @@ def test_packed_training_takes_fewer_steps_over_the_same_tokens(tmp_path: Path, 
         sharing["target_tokens_shared"] <= sharing["target_tokens_merged"] < sharing["target_tokens_per_call"]
     )
     assert (packed / "drafter" / "model.safetensors").exists()
+
+
+def test_held_out_evaluation_every_n_steps_and_tensorboard(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
+    run = train(
+        cfg(tmp_path, calls, name="tb", max_steps=4, eval_every=2, trackers=["tensorboard"]), target=target
+    )
+    lines = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [2, 4]
+    assert all(len(r["acc"]) == 3 and r["labels"] > 0 and r["loss"] > 0 for r in lines)
+    events = list(run.rglob("events.out.tfevents.*"))
+    assert events  # accelerate's TensorBoard tracker wrote under the run directory
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = EventAccumulator(str(events[0].parent)).Reload().Tags()["scalars"]
+    assert {"train/loss", "heldout/loss", "heldout/acc@1"} <= set(tags)
