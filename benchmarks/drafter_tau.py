@@ -87,7 +87,7 @@ def main() -> None:
 
     def run_arm(name: str, built, seqs, **over):  # type: ignore[no-untyped-def]
         """Train on ``seqs`` (held-out: the agent eval split) with the shared config; the summary."""
-        cfg = dataclasses.replace(base, name=name, runs_dir=str(out), **over)
+        cfg = base.model_copy(update={"name": name, "runs_dir": str(out), **over})
         report = {**built.report, "benchmark_arm": name}
         report["split"] = {"train": {"sequences": len(seqs)}, "eval": {"sequences": len(agent.eval)}}
         B.write(B.BuildResult(seqs, agent.eval, report), out / name / "data")
