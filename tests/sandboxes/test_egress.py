@@ -8,6 +8,7 @@ the test asserts the *proxy's* refusal (403 from squid), not a resolver failure 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import socket
 import threading
 import time
@@ -16,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from sandboxes.agents import AGENTS
 from sandboxes.config import SandboxSettings
 from sandboxes.egress import EGRESS_NETWORK, SQUID_PORT, build_egress_image
 from sandboxes.sandbox import Sandbox, SandboxSpec
+from sandboxes.session import SessionRequest, run_session
 from tests.sandboxes import probes
+from tests.sandboxes.test_agents import TASKS, check_result
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 NO_MODEL = "http://127.0.0.1:9"
@@ -118,3 +122,39 @@ def test_registries_only_through_the_proxy(  # type: ignore[no-untyped-def]
         assert b.egress is not None
         assert b.egress.hits() == []
     assert not docker_client.containers.list(all=True, filters={"label": f"dflash.sandbox.run={run_id}"})
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_each_agent_reaches_the_model_with_egress_on(  # type: ignore[no-untyped-def]
+    agent: str, docker_client, agents_image: str, egress_image: str, proxy_server, repo, run_id: str
+) -> None:
+    """The proxy variables must not capture the model's traffic: NO_PROXY names the relay's gateway."""
+    url, _data = proxy_server
+    settings = SandboxSettings(egress="registries")
+    req = SessionRequest(
+        agent=agent,
+        repo=repo[0],
+        commit=repo[1],
+        task=TASKS["en"],
+        proxy_url=url,
+        image=agents_image,
+        run_id=run_id,
+        model="scripted",
+        time_limit_s=240,
+        settings=settings,
+        egress_image=egress_image,
+    )
+    result = run_session(req, docker_client)
+    check_result(result)
+    # Not one request for the model went to squid (it would be refused there: a private address).
+    pool = ipaddress.ip_network(settings.subnet_pool or "172.31.0.0/16")
+    to_sandbox_nets = [h for h in result.egress if _ip_in(h["host"], pool)]
+    assert to_sandbox_nets == [], result.egress
+
+
+def _ip_in(host: str, net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    try:
+        return ipaddress.ip_address(host) in net
+    except ValueError:  # a name
+        return False
