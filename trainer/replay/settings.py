@@ -39,7 +39,7 @@ class ReplaySettings(BaseModel):
     speculative: list[str] | None = Field(
         None,
         description="Labels served with speculative decoding (they must expose vLLM's spec-decode counters); "
-        "default every endpoint but the baseline.",
+        "default every endpoint but the baseline; `none` for servers without the counters (SGLang).",
     )
     held_out_from: Path | None = Field(
         None,
@@ -84,7 +84,7 @@ class ReplaySettings(BaseModel):
     def _labels_known(cls, value: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
         labels = [parse_endpoint(v).label for v in info.data.get("endpoint") or []]
         given = [value] if isinstance(value, str) else list(value or [])
-        unknown = [x for x in given if x not in labels]
+        unknown = [x for x in given if x not in labels and given != ["none"]]
         if labels and unknown:
             raise ValueError(f"unknown endpoint label(s) {unknown}; the endpoints are {labels}")
         return value
@@ -99,5 +99,5 @@ class ReplaySettings(BaseModel):
 
     def is_speculative(self, label: str) -> bool:
         if self.speculative is not None:
-            return label in self.speculative
+            return label in self.speculative  # ["none"]: no endpoint must have the counters
         return label != self.baseline_label
