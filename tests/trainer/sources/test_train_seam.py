@@ -11,9 +11,8 @@ import pytest
 import torch
 
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
-from trainer.data import build as data_build
-from trainer.sources import HFSource, to_vllm
-from trainer.sources import cache as cache_mod
+from trainer.sources import to_vllm
+from trainer.sources.write import write_features
 from trainer.train import TrainConfig, train
 
 from .conftest import extraction_server
@@ -35,8 +34,9 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
         target_layer_ids=[0, 2], prefix_sharing=False,  # hf then taps each whole sequence, as the sources do
     )  # fmt: skip
     hf_run = train(TrainConfig(**base, name="hf"), target=target)
-    seqs = [s.input_ids for s in data_build.read(hf_run / "data" / "train.parquet")]
-    cache_mod.write(HFSource(target), seqs, [0, 2], tmp_path / "features")
+    write_features(
+        hf_run, tmp_path / "features", batch=2, target=target
+    )  # `python -m trainer write-features`
     cache_run = train(
         TrainConfig(**base, name="cache", feature_source="cache", feature_dir=str(tmp_path / "features")),
         target=target,
