@@ -118,6 +118,20 @@ SESSIONS_SCHEMA = pa.schema(
         ("n_calls_exact_ids", pa.int64()),
         ("prompt_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
+        # The repository's tests before the agent and after its patch (null: no test command ran).
+        ("test_command", pa.string()),
+        ("baseline_passed", pa.int32()),
+        ("baseline_failed", pa.int32()),
+        ("baseline_errors", pa.int32()),
+        ("baseline_timed_out", pa.bool_()),
+        ("baseline_tail", pa.large_string()),
+        ("after_passed", pa.int32()),
+        ("after_failed", pa.int32()),
+        ("after_errors", pa.int32()),
+        ("after_timed_out", pa.bool_()),
+        ("after_tail", pa.large_string()),
+        ("resolved", pa.bool_()),  # the patch newly made failing tests pass and broke none
+        ("setup_status", pa.string()),  # built | cached | failed | none (the environment image's setup)
     ],
     metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()},
 )

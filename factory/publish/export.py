@@ -270,7 +270,7 @@ def _write_sessions(
         sess = by_proxy[key]
         if sess.pop("_done"):
             call_counts[sess["session_id"]] = sess["n_calls"]
-        for col in ("task", "patch", "error"):
+        for col in ("task", "patch", "error", "baseline_tail", "after_tail"):
             sess[col], _ = scrubber.scrub(sess.get(col), stats.secrets)
         split = plan.splits[sess["session_id"]]
         writers("sessions", split).add(sess)

@@ -63,7 +63,20 @@ def session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any]
                 "finished_at": _utc(sess.finished_at), "patch": sess.patch, "n_calls": 0,
                 "n_calls_exact_ids": 0, "prompt_tokens": 0, "completion_tokens": 0,
                 "_done": sess.status == "done",
+                **test_columns(sess),
             }  # fmt: skip
+    return out
+
+
+def test_columns(sess: Session) -> dict[str, Any]:
+    """The `sessions` columns of the test outcome (issue 14): baseline/after counts and tails, resolved."""
+    out: dict[str, Any] = {"resolved": sess.resolved}
+    runs = {"baseline": sess.test_baseline or {}, "after": sess.test_after or {}}
+    out["test_command"] = runs["baseline"].get("command") or runs["after"].get("command")
+    for name, run in runs.items():
+        for col in ("passed", "failed", "errors", "timed_out", "tail"):
+            out[f"{name}_{col}"] = run.get(col)
+    out["setup_status"] = ((sess.environment or {}).get("setup") or {}).get("status")
     return out
 
 
