@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import logging
 import os
@@ -48,12 +49,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def run_dir(opts: dict[str, Any]) -> Path:
+    """The node's folder for one store: runs that write to different stores never share a spool or a
+    calls folder (an uploader sweeps its whole folder into its own store)."""
+    digest = hashlib.sha1(str(opts["store_url"]).encode()).hexdigest()[:12]
+    return Path(opts["node_dir"]) / f"store-{digest}"
+
+
 class NodeProxy:
     """The proxy and uploader of one node (a Ray actor: see `node_proxy`)."""
 
     def __init__(self, opts: dict[str, Any]) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
-        self.dir = Path(opts["node_dir"])
+        self.dir = run_dir(opts)
+        self.store_url = str(opts["store_url"])
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         if opts["session_runner"] == "sandbox":
@@ -126,7 +135,20 @@ class NodeProxy:
             if (self.dir / "calls").exists()
             else []
         )
-        return {"node": self.node_id, "exit": codes, "parts_left": left}
+        return {"node": self.node_id, "exit": codes, "parts_left": left, "logs": self._upload_logs()}
+
+    def _upload_logs(self) -> list[str]:
+        """This node's proxy and uploader logs, to STORE/logs/<node>/ (best effort: they stay on disk)."""
+        tag = self.node_id[:12]
+        keys = []
+        try:
+            store = Store.from_url(self.store_url)
+            for f in sorted((self.dir / "logs").glob(f"*-{tag}.log")):
+                store.upload(f, f"logs/{tag}/{f.name}")
+                keys.append(f"logs/{tag}/{f.name}")
+        except Exception as exc:  # the logs are kept in the node dir either way
+            log.warning("node logs not uploaded: %s", exc)
+        return keys
 
 
 def _reap_dead_sandboxes() -> None:

@@ -28,6 +28,7 @@ from factory.db import Session, connect, default_url, session_factory
 from factory.ingest import sample
 from factory.run.plan import PlanConfig, plan
 from records.io import read_table
+from records.storage import Store
 from tests.cluster.ray_cluster import RAY_ENV, RayCluster
 from tests.support import REPO_ROOT, free_port
 from tests.support.s3 import LocalS3, local_s3
@@ -118,6 +119,11 @@ def test_sessions_spread_over_both_nodes_and_calls_land_in_the_bucket(env: Env, 
     proxies = summary["proxies"]
     assert isinstance(proxies, list)
     assert [p["parts_left"] for p in proxies] == [[], []]  # every part uploaded before the proxies stopped
+    logs = Store.from_url(store).list("logs")
+    assert len(logs) == 4  # each node's proxy and uploader log
+    assert all(k in logs for p in proxies for k in p["logs"])
+    transcripts = Store.from_url(store).list("transcripts", suffix=".jsonl.zst")
+    assert len(transcripts) == 8  # each session's transcript, written by the node that ran it
 
     sessions = session_factory(connect(db))
     with sessions() as s:
@@ -201,7 +207,7 @@ def test_an_s3_outage_keeps_calls_in_the_spool_until_it_is_back(env: Env, tmp_pa
         env.s3.stop()  # the store is down while sessions make calls and proxies roll parts
         time.sleep(8)
         assert driver.poll() is None  # the agents were never blocked by the outage
-        stuck = list((env.root / "node" / "calls").glob("*.parquet"))
+        stuck = list((env.root / "node").glob("store-*/calls/*.parquet"))
         env.s3.start()
         summary = _summary(driver)
     finally:
@@ -268,6 +274,7 @@ def test_harvest_with_ray_exports_from_the_bucket(env: Env, tmp_path: Path) -> N
     r = subprocess.run(args, cwd=REPO_ROOT, env={**os.environ, **RAY_ENV, **node_env}, capture_output=True, text=True,
                        timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
+    (tmp_path / "harvest.log").write_text(r.stderr)  # for a failure's post-mortem
     calls = _calls_by_attempt(store)
     assert len(calls) == 4
     assert set(calls.values()) == {2}
