@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 import os
 import shutil
@@ -11,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from safetensors import safe_open
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from standin.model import Target
 
@@ -91,6 +99,60 @@ def load_target(
         stop_token_ids=_stop_ids(model, tokenizer),
         max_position_embeddings=int(getattr(model.config, "max_position_embeddings", 2048)),
     )
+
+
+def load_shared_weights(
+    spec: str, *, dtype: torch.dtype = torch.float32, device: str | torch.device | None = None
+) -> Target:
+    """A Hugging Face directory's target with only what a DFlash drafter shares with it: `embed_tokens`
+    and `lm_head`, read by name from its safetensors files; every other weight stays on the meta device
+    (never read, never allocated), so a target of any size fits. For training from offline features."""
+    root = Path(spec)
+    if not root.is_dir():
+        raise ValueError(f"{spec!r}: loading only the shared weights needs a Hugging Face model directory")
+    config = AutoConfig.from_pretrained(root)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
+    wanted = {
+        names[id(m.weight)]: m
+        for m in (model.get_input_embeddings(), model.get_output_embeddings())
+        if m is not None and isinstance(m.weight, torch.nn.Parameter)
+    }
+    found = _read_tensors(root, set(wanted))
+    for name, module in wanted.items():
+        tensor = found.get(name)
+        if tensor is None:  # tied heads are stored once, under the embedding's name
+            tensor = found.get(names[id(model.get_input_embeddings().weight)])
+        if tensor is None:
+            raise ValueError(f"{spec}: no tensor {name!r} in its safetensors files")
+        module.weight = torch.nn.Parameter(
+            tensor.to(device=device or "cpu", dtype=dtype), requires_grad=False
+        )
+    tokenizer = AutoTokenizer.from_pretrained(root)
+    return Target(
+        name=spec,
+        model=model.eval(),
+        tokenizer=tokenizer,
+        stop_token_ids=_stop_ids(model, tokenizer),
+        max_position_embeddings=int(getattr(config, "max_position_embeddings", 2048)),
+    )
+
+
+def _read_tensors(root: Path, names: set[str]) -> dict[str, torch.Tensor]:
+    """The named tensors from a directory's safetensors files, opening only the shards that hold them."""
+    index = root / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {weight_map[n] for n in names if n in weight_map}
+    else:
+        files = {p.name for p in root.glob("*.safetensors")}
+    out: dict[str, torch.Tensor] = {}
+    for fname in sorted(files):
+        with safe_open(str(root / fname), framework="pt") as f:
+            for n in names & set(f.keys()):
+                out[n] = f.get_tensor(n)
+    return out
 
 
 def _stop_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, ...]:

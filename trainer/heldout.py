@@ -21,7 +21,7 @@ from trainer.data.units import Unit, pack, session_units
 from trainer.dflash import helpers as H
 from trainer.dflash.objective import dflash_loss
 from trainer.drafting import Drafting, frozen_weight
-from trainer.packed import PackedStep, make_step, sample_anchors
+from trainer.packed import PackedStep, sample_anchors, step_for
 
 MAX_STEPS = 16  # held-out packed steps per evaluation: enough for a stable estimate, cheap next to training
 
@@ -48,7 +48,7 @@ class HeldOut:
         weight_sum = torch.zeros((), device=acc.device)
         d.model.eval()
         for i, units in enumerate(self.steps):
-            step = self._cached.get(i) or make_step(target, units, d.layer_ids, acc.device)
+            step = self._cached.get(i) or step_for(cfg, target, units, d.layer_ids, acc.device)
             self._cached[i] = step  # held-out features are reused at every evaluation
             anchors = sample_anchors(step, cfg.anchors, torch.Generator().manual_seed(cfg.seed + i))
             out = dflash_loss(

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import torch
 
 from standin.model import Target
+from trainer.config import TrainConfig
 from trainer.data.units import Unit
 from trainer.dflash import layout as L
+from trainer.sources import source_for, step_taps
 
 
 @dataclass
@@ -84,6 +86,19 @@ def make_step(
         torch.tensor(mask, dtype=torch.long, device=device),
         layout,
     )
+
+
+def step_for(
+    cfg: TrainConfig, target: Target, units: list[Unit], layer_ids: list[int], device: torch.device
+) -> PackedStep:
+    """The packed step with its features from the configured source: the target in-process (``hf``), or
+    whole sequences asked of ``trainer.sources`` in one batch (``cache``: offline features; ``vllm``)."""
+    taps_fn = None
+    if cfg.feature_source != "hf":
+        source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)
+        seqs = [seg.seq.input_ids for u in units for seg in u.segments]
+        taps_fn = step_taps(source, seqs, layer_ids)
+    return make_step(target, units, layer_ids, device, taps_fn)
 
 
 def sample_anchors(step: PackedStep, per_segment: int, generator: torch.Generator) -> torch.Tensor:

@@ -30,6 +30,7 @@ from accelerate.utils import set_seed
 
 from clikit import settings_command
 from standin import load_target
+from standin.loading import load_shared_weights
 from standin.model import Target
 from trainer.checkpoint import Position, StopSignal, latest_checkpoint, save_checkpoint
 from trainer.checkpoint import resume as resume_from
@@ -42,10 +43,9 @@ from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import StepOutput, dflash_loss, use_flex_attention
 from trainer.drafting import Drafting, frozen_weight, make_drafting
 from trainer.heldout import HeldOut
-from trainer.packed import PackedStep, make_step, sample_anchors
+from trainer.packed import PackedStep, sample_anchors, step_for
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.rundir import open_run, resolve_data
-from trainer.sources import source_for, step_taps
 
 __all__ = ["TrainConfig", "latest_checkpoint", "train"]  # the names callers of a training run need
 
@@ -75,7 +75,9 @@ def train(
     dtype = torch.bfloat16 if mp == "bf16" else torch.float32
     if cfg.target_device_map is not None and acc.num_processes > 1:
         raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")
-    if target is None:  # read straight into the training dtype, on the device (or sharded over GPUs)
+    if target is None and cfg.feature_source == "cache":  # offline features: only what the drafter shares
+        target = load_shared_weights(cfg.target, dtype=dtype, device=acc.device)
+    elif target is None:  # read straight into the training dtype, on the device (or sharded over GPUs)
         target = load_target(cfg.target, dtype=dtype, device=acc.device, device_map=cfg.target_device_map)
     elif cfg.target_device_map is None:
         target.model.to(acc.device, dtype=dtype)
@@ -217,10 +219,7 @@ def micro_step(
     ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks."""
     step = cached.get(pick)
     if step is None:
-        source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)  # trainer/sources
-        seqs = [seg.seq.input_ids for u in units for seg in u.segments]  # asked as one batch
-        taps_fn = None if cfg.feature_source == "hf" else step_taps(source, seqs, d.layer_ids)
-        step = make_step(target, units, d.layer_ids, acc.device, taps_fn)
+        step = step_for(cfg, target, units, d.layer_ids, acc.device)  # features: trainer/sources
         if cfg.cache_features:
             cached[pick] = step
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
