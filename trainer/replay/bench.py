@@ -35,23 +35,25 @@ class BenchSettings(BaseModel):
     """Serve the CPU stand-in plainly and with drafters; replay a run's held-out calls against them."""
 
     run: Path = Field(
-        Path("runs/latest"), description="The training run: its target, data and held-out split."
+        default=Path("runs/latest"), description="The training run: its target, data and held-out split."
     )
     draft: list[str] = Field(
         default_factory=list,
         description="LABEL=DIR of a drafter to serve (repeat it); default dflash=RUN/export.",
     )
-    calls: int = Field(24, ge=1, description="Held-out calls replayed.")
+    calls: int = Field(default=24, ge=1, description="Held-out calls replayed.")
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 8], description="Concurrency levels (default: 1 and 8)."
     )
     max_tokens: int = Field(
-        64, ge=1, description="Cap on each call's completion length (a CPU decodes slowly)."
+        default=64, ge=1, description="Cap on each call's completion length (a CPU decodes slowly)."
     )
-    threads: int = Field(1, ge=1, description="Torch threads per server (1 is fastest on a shared CPU).")
-    max_num_seqs: int = Field(8, ge=1, description="Requests each server interleaves.")
-    out: Path | None = Field(None, description="Where the report goes; default RUN/replay.")
-    startup_timeout: float = Field(300.0, gt=0, description="Seconds a server may take to load.")
+    threads: int = Field(
+        default=1, ge=1, description="Torch threads per server (1 is fastest on a shared CPU)."
+    )
+    max_num_seqs: int = Field(default=8, ge=1, description="Requests each server interleaves.")
+    out: Path | None = Field(default=None, description="Where the report goes; default RUN/replay.")
+    startup_timeout: float = Field(default=300.0, gt=0, description="Seconds a server may take to load.")
 
 
 def _free_port() -> int:

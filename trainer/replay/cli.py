@@ -38,7 +38,7 @@ def progress_reporter() -> tuple[Progress, Any]:
             task[:] = [bar.add_task(name, total=total)]
 
         return Progress(start, lambda _o: bar.advance(task[0]), bar.stop), bar
-    state = {"name": "", "done": 0, "total": 0}
+    state: dict[str, Any] = {"name": "", "done": 0, "total": 0}
 
     def start_plain(name: str, total: int) -> None:
         state.update(name=name, done=0, total=total)

@@ -34,35 +34,40 @@ class ReplaySettings(BaseModel):
         description="LABEL=URL of an OpenAI-compatible server (vLLM, SGLang, the stand-in); repeat it.",
     )
     baseline: str | None = Field(
-        None, description="The label every other endpoint's speedup is measured against; default the first."
+        default=None,
+        description="The label every other endpoint's speedup is measured against; default the first.",
     )
     speculative: list[str] | None = Field(
-        None,
+        default=None,
         description="Labels served with speculative decoding (they must expose vLLM's spec-decode counters); "
         "default every endpoint but the baseline; `none` for servers without the counters (SGLang).",
     )
     held_out_from: Path | None = Field(
-        None,
+        default=None,
         description="A training run directory: replay the calls of its held-out split (RUN/data/eval.parquet).",
     )
     eval_fraction: float = Field(
-        0.15,
+        default=0.15,
         gt=0,
         lt=1,
         description="Without an export split or a run: the held-out fraction of repositories, hashed as the "
         "trainer does.",
     )
-    calls: int = Field(24, ge=1, description="Calls replayed, stratified by agent and language.")
-    seed: int = Field(0, description="Seed of the stratified sample.")
+    calls: int = Field(default=24, ge=1, description="Calls replayed, stratified by agent and language.")
+    seed: int = Field(default=0, description="Seed of the stratified sample.")
     max_tokens: int = Field(
-        256, ge=1, description="Cap on max_tokens (each call asks for its recorded completion length)."
+        default=256,
+        ge=1,
+        description="Cap on max_tokens (each call asks for its recorded completion length).",
     )
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 8],
         description="Concurrency levels, each replayed on every endpoint (default: 1 and 8).",
     )
-    out: Path = Field(Path("runs/replay"), description="Folder for report.json, summary.md and the plots.")
-    timeout: float = Field(900.0, gt=0, description="Seconds one request may take.")
+    out: Path = Field(
+        default=Path("runs/replay"), description="Folder for report.json, summary.md and the plots."
+    )
+    timeout: float = Field(default=900.0, gt=0, description="Seconds one request may take.")
 
     @field_validator("endpoint")
     @classmethod

@@ -1,0 +1,126 @@
+"""Call records, an overfit drafter and two live stand-in servers (plain and speculative) on tiny-qwen3."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from standin import Engine, SamplingParams, Target, load_target
+from standin.server import TargetServer
+from tests.standin.conftest import Live, live
+from trainer.dflash import helpers as H
+from trainer.dflash.config import make_draft_config, resolve_mask_token
+from trainer.dflash.engine import engine_factory
+from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.objective import dflash_loss
+
+GROUPS = [("claude-code", "en"), ("codex", "en"), ("claude-code", "ko"), ("codex", "ko")]
+NEW_TOKENS = 12
+BLOCK = 4
+
+
+def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
+    params = SamplingParams(max_tokens=n, temperature=0.0)
+    return [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
+
+
+def call_rows(target: Target, prompt_lens: list[int], seed: int = 0) -> list[dict]:  # type: ignore[type-arg]
+    """Agent-like call records with stored ids: each completion is the target's greedy continuation."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i, n in enumerate(prompt_lens):
+        agent, lang = GROUPS[i % len(GROUPS)]
+        prompt = torch.randint(1000, 20000, (n,), generator=g).tolist()
+        completion = greedy(target, prompt, NEW_TOKENS)
+        rows.append(
+            {
+                "call_id": f"c{i}",
+                "session_id": f"s{i}",
+                "agent": agent,
+                "lang": lang,
+                "repo": f"org/repo{i}",
+                "api": "openai_chat",
+                "status_code": 200,
+                "outcome": "ok",
+                "request_json": json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
+                "prompt_tokens": n,
+                "completion_tokens": len(completion),
+                "prompt_token_ids": prompt,
+                "completion_token_ids": completion,
+            }
+        )
+    return rows
+
+
+def write_split(rows: list[dict], folder: Path, split: str) -> Path:  # type: ignore[type-arg]
+    """Rows as an exported dataset's `calls` config, all in one split."""
+    calls = folder / "data" / "calls"
+    calls.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows), calls / f"{split}-00000-of-00001.parquet")
+    return folder
+
+
+def overfit(target: Target, rows: list[dict], out: Path, steps: int = 30, lr: float = 3e-2) -> Path:  # type: ignore[type-arg]
+    """A drafter trained on exactly these completions until it predicts them: high, checkable acceptance."""
+    mask_id, _ = resolve_mask_token(target.tokenizer, target.embed_tokens.weight.shape[0])
+    cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=BLOCK, mask_token_id=mask_id)
+    torch.manual_seed(0)
+    drafter = DFlashDraftModel(cfg)
+    seqs = []
+    for r in rows:
+        ids = torch.tensor(r["prompt_token_ids"] + r["completion_token_ids"])
+        mask = torch.tensor([0] * len(r["prompt_token_ids"]) + [1] * len(r["completion_token_ids"]))
+        seqs.append((ids, mask, target.tap(ids[None], drafter.target_layer_ids)))
+    w = H.loss_weights(BLOCK, H.default_gamma(BLOCK))
+    opt = torch.optim.AdamW(drafter.parameters(), lr=lr)
+    for _ in range(steps):
+        for ids, mask, taps in seqs:
+            loss = dflash_loss(
+                drafter,
+                taps=taps,
+                input_ids=ids,
+                loss_mask=mask,
+                anchors=H.sample_anchors(mask, 64),
+                embed_weight=target.embed_tokens.weight.detach(),
+                lm_head_weight=target.lm_head.weight.detach(),
+                block_size=BLOCK,
+                mask_token_id=mask_id,
+                weights=w,
+            ).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return drafter.eval().save(out)
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Target:
+    return load_target("tiny-qwen3")
+
+
+@pytest.fixture(scope="session")
+def rows(tiny: Target) -> list[dict]:  # type: ignore[type-arg]
+    return call_rows(tiny, [20, 24, 28, 32])
+
+
+@pytest.fixture(scope="session")
+def drafter_dir(tiny: Target, rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
+    return overfit(tiny, rows, tmp_path_factory.mktemp("drafter"))
+
+
+@pytest.fixture(scope="module")
+def plain(tiny: Target) -> Iterator[Live]:
+    with live(TargetServer(tiny, max_model_len=256)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def spec(tiny: Target, drafter_dir: Path) -> Iterator[Live]:
+    with live(TargetServer(tiny, engine=engine_factory(drafter_dir)(tiny), max_model_len=256)) as server:
+        yield server

@@ -1,0 +1,105 @@
+"""End to end on CPU: held-out calls replayed against the stand-in served plainly and with an overfit
+DFlash drafter; the report's MAL is the one the speculative server counted, and outputs are lossless."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from tests.standin.conftest import Live
+from tests.trainer.replay.conftest import write_split
+from trainer.cli import app
+from trainer.replay import ReplaySettings, parse, run_replay
+
+pytestmark = pytest.mark.slow  # tiny-qwen3, an overfit drafter and two servers: ~20-40 s on 2 cores
+
+
+def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
+    rows: list[dict],
+    plain: Live,
+    spec: Live,
+    tmp_path: Path,  # type: ignore[type-arg]
+) -> None:
+    data = write_split(rows, tmp_path / "dataset", "test")
+    before = parse(httpx.get(f"{spec.url}/metrics").text)
+    settings = ReplaySettings(
+        data=data,
+        endpoint=[f"base={plain.url}", f"dflash={spec.url}/v1"],
+        calls=4,
+        concurrency=[1, 2],
+        out=tmp_path / "out",
+    )
+    report = run_replay(settings)
+    after = parse(httpx.get(f"{spec.url}/metrics").text)
+    assert before is not None
+    assert after is not None
+    served = after - before
+    stats = spec.server.engine.strategy.spec_stats
+    assert stats is not None
+
+    overall = report["spec_decode_overall"]["dflash"]
+    assert overall["drafts"] == served.drafts == stats.num_drafts > 0
+    assert overall["mal"] == pytest.approx(1 + stats.num_accepted_tokens / stats.num_drafts, abs=1e-4)
+    assert overall["mal"] > 1  # overfit (briefly, to stay fast): some drafts accepted
+    assert report["spec_decode_overall"]["base"] is None  # the plain server exposes no spec counters
+    assert len(overall["per_position_acceptance"]) == 3  # block 4: three draft positions
+
+    assert not report["refused"], report["problems"]
+    levels = {lv["concurrency"]: lv["endpoints"] for lv in report["levels"]}
+    assert set(levels) == {1, 2}
+    for eps in levels.values():
+        assert eps["dflash"]["outputs_compared"] == 4
+        assert eps["dflash"]["outputs_differ"] == 0
+        assert eps["dflash"]["speedup"] is not None
+        assert eps["dflash"]["speedup"] > 0
+        assert eps["base"]["failed"] == eps["dflash"]["failed"] == 0
+    # per call counters at concurrency 1 add up to the level's, and give MAL per agent × language
+    groups = levels[1]["dflash"]["groups"]
+    assert set(groups) == {"claude-code/en", "codex/en", "claude-code/ko", "codex/ko"}
+    assert all(g["mal"] is not None and g["mal"] >= 1 for g in groups.values())
+    level1 = levels[1]["dflash"]["spec"]
+    per_call = [r["mal"] for r in report["results"] if r["endpoint"] == "dflash" and r["concurrency"] == 1]
+    assert len(per_call) == 4
+    assert all(m is not None for m in per_call)
+    assert level1["drafts"] > 0
+
+    out = tmp_path / "out"
+    saved = json.loads((out / "report.json").read_text())
+    assert saved["spec_decode_overall"]["dflash"]["mal"] == overall["mal"]
+    assert "| 1 | dflash |" in (out / "summary.md").read_text()
+    assert (out / "mal_speedup.png").stat().st_size > 0
+    assert (out / "acceptance.png").stat().st_size > 0
+
+
+def test_the_cli_prints_the_table_and_a_too_long_prompt_fails_alone(
+    tiny,
+    rows: list[dict],
+    plain: Live,
+    spec: Live,
+    tmp_path: Path,  # type: ignore[no-untyped-def, type-arg]
+) -> None:
+    from tests.trainer.replay.conftest import call_rows
+
+    long = call_rows(tiny, [300], seed=1)[0]  # the servers' context is 256 tokens
+    long["call_id"] = "too-long"
+    data = write_split([*rows[:2], long], tmp_path / "dataset", "test")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["replay", "--data", str(data), "--endpoint", f"base={plain.url}", "--endpoint", f"dflash={spec.url}",
+         "--concurrency", "1", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "| 1 | dflash |" in result.output
+    assert (
+        "too-long on base (concurrency 1): HTTP 400: This model's maximum context length is 256 tokens"
+        in result.output
+    )
+    report = json.loads((out / "report.json").read_text())
+    assert {e["call_id"] for e in report["errors"]} == {"too-long"}
+    assert report["levels"][0]["endpoints"]["dflash"]["ok"] == 2  # the other calls were replayed

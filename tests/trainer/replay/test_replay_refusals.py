@@ -1,0 +1,60 @@
+"""Bad input through the command: one clear sentence and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.standin.conftest import Live
+from tests.support import free_port
+from tests.trainer.replay.test_units import _rows, _write
+from trainer.cli import app
+
+
+def _replay(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["replay", *args])
+    assert "Traceback" not in result.output
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return _write(tmp_path, "test-00000-of-00001.parquet", _rows(4))
+
+
+def test_an_unreachable_endpoint(dataset: Path, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out = _replay("--data", str(dataset), "--endpoint", f"base={url}", "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert f"replay: endpoint base ({url}) is unreachable: ConnectError" in out
+
+
+def test_a_dataset_without_held_out_calls(tmp_path: Path) -> None:
+    data = _write(tmp_path, "train-00000-of-00001.parquet", _rows(4))
+    code, out = _replay("--data", str(data), "--endpoint", "base=http://127.0.0.1:9")
+    assert code == 2
+    assert "has no held-out calls: its files are the ['train'] split only" in out
+
+
+def test_no_call_records_and_a_malformed_endpoint(tmp_path: Path) -> None:
+    code, out = _replay("--data", str(tmp_path), "--endpoint", "base=http://127.0.0.1:9")
+    assert code == 2
+    assert "no Parquet call records under" in out
+    code, out = _replay("--data", str(tmp_path), "--endpoint", "127.0.0.1:8000")
+    assert code == 2
+    assert "--endpoint (from command line)" in out
+    assert "is not LABEL=URL" in out
+
+
+@pytest.mark.slow  # loads tiny-qwen3 and serves it
+def test_a_speculative_endpoint_without_counters(dataset: Path, plain: Live, tmp_path: Path) -> None:
+    code, out = _replay(
+        "--data", str(dataset), "--endpoint", f"base={plain.url}", "--endpoint", f"dflash={plain.url}",
+        "--out", str(tmp_path / "o"),
+    )  # fmt: skip
+    assert code == 2
+    assert "endpoint dflash" in out
+    assert "is labelled speculative but its /metrics has no vllm:spec_decode_* counters" in out
