@@ -75,7 +75,8 @@ def train(
     dtype = torch.bfloat16 if mp == "bf16" else torch.float32
     if cfg.target_device_map is not None and acc.num_processes > 1:
         raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")
-    if target is None and cfg.feature_source == "cache":  # offline features: only what the drafter shares
+    if target is None and cfg.feature_source != "hf" and Path(cfg.target).is_dir():
+        # features from files or a vLLM server: load only what the drafter shares (any target size)
         target = load_shared_weights(cfg.target, dtype=dtype, device=acc.device)
     elif target is None:  # read straight into the training dtype, on the device (or sharded over GPUs)
         target = load_target(cfg.target, dtype=dtype, device=acc.device, device_map=cfg.target_device_map)

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 import torch
+from safetensors import safe_open
 
 from standin.model import Target
 from trainer.sources.base import FeatureError, FeatureSource, prefix_groups, step_taps
@@ -45,14 +47,37 @@ def final_head(target: Target) -> Callable[[torch.Tensor], torch.Tensor] | None:
     norm = getattr(base, "norm", None)
     if norm is None or target.model.get_output_embeddings() is None:
         return None
-    head = torch.nn.Sequential(norm, target.lm_head)
     weight = next(target.lm_head.parameters())
     device, dtype = weight.device, weight.dtype
+    if weight.is_meta:
+        return None
+    if norm.weight.is_meta:  # a target loaded for its shared weights only: read the norm (H values) by name
+        name = next(n for n, p in target.model.named_parameters() if p is norm.weight)
+        stored = _read_tensor(Path(target.name), name)
+        if stored is None:
+            return None
+        norm.weight = torch.nn.Parameter(stored.to(device, dtype), requires_grad=False)
+    head = torch.nn.Sequential(norm, target.lm_head)
 
     def logits(h: torch.Tensor) -> torch.Tensor:
         return head(h.to(device, dtype)).cpu()
 
     return logits
+
+
+def _read_tensor(root: Path, name: str) -> torch.Tensor | None:
+    """One tensor by name from a Hugging Face directory's safetensors files (None when absent)."""
+    index = root / "model.safetensors.index.json"
+    if index.exists():
+        shard = json.loads(index.read_text())["weight_map"].get(name)
+        files = [root / shard] if shard else []
+    else:
+        files = sorted(root.glob("*.safetensors"))
+    for f in files:
+        with safe_open(str(f), framework="pt") as fh:
+            if name in fh.keys():  # noqa: SIM118 (safe_open has keys(), not __contains__)
+                return fh.get_tensor(name)
+    return None
 
 
 def make_source(
@@ -71,6 +96,7 @@ def make_source(
         return CacheSource(feature_dir)
     if kind == "vllm":
         hf = HFSource(target)
+        loaded = not any(p.is_meta for p in target.model.parameters())
 
         def reference(ids: Sequence[int], layer_ids: Sequence[int]) -> torch.Tensor:
             return hf.taps_many([ids], layer_ids)[0]
@@ -80,7 +106,7 @@ def make_source(
             target.num_layers,
             target.hidden_size,
             head=final_head(target),
-            reference=reference,
+            reference=reference if loaded else None,  # only shared weights here: no in-process forward
         )
     raise FeatureError(f"feature_source {kind!r}: one of hf, cache, vllm")
 

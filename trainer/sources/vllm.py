@@ -92,6 +92,8 @@ class VllmSource:
         self.launched = list(settings.launched_aux_layer_ids)
         self.project_ids = from_vllm(self.launched, num_layers)  # refuses a list without the final layer
         self.head, self.reference = head, reference
+        if settings.verify_with_reference and reference is None:
+            raise FeatureError("vllm.verify_with_reference needs the whole target loaded in-process")
         self.http = httpx.Client(base_url=settings.url.rstrip("/"), timeout=settings.timeout_s)
         self.requests = 0  # sent, for the prefix-sharing figures and tests
         self._send = retry(
