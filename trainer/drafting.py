@@ -3,9 +3,11 @@ prepared by accelerate (one process, DDP or FSDP)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -13,9 +15,11 @@ from accelerate import Accelerator
 from torch import nn
 
 from standin.model import Target
+from trainer.checkpoint import Position
 from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel
+from trainer.progress import Meter
 
 
 @dataclass
@@ -83,3 +87,46 @@ def lr_lambda(total: int, warmup: int, min_ratio: float) -> Callable[[int], floa
         return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return f
+
+
+def finish(
+    acc: Accelerator,
+    cfg: TrainConfig,
+    run_dir: Path,
+    d: Drafting,
+    pos: Position,
+    meter: Meter,
+    elapsed: float,
+    n_seqs: int,
+    report: dict[str, Any],
+) -> None:
+    """The drafter in float32 in the released layout, and the run's summary (main process)."""
+    state = acc.get_state_dict(d.model)
+    if acc.is_main_process:
+        final = DFlashDraftModel(d.config)
+        final.load_state_dict({k: v.float().cpu() for k, v in state.items()})
+        final.save(run_dir / "drafter")
+        world = acc.num_processes
+        summary = {
+            "target": cfg.target,
+            "steps": pos.step,
+            "sequences": n_seqs,
+            "world_size": world,
+            "distributed_type": str(acc.distributed_type.value),
+            "train_seconds": round(elapsed, 1),
+            "target_tokens": meter.tokens * world,
+            "supervised_tokens": meter.supervised * world,
+            "target_tokens_per_s": round(meter.tokens * world / max(elapsed, 1e-9), 1),
+            "mask_token": {"id": d.mask_id, "how": d.mask_how},
+            "target_layer_ids": d.layer_ids,
+            "rope_style": "neox",
+            "data": report,
+        }
+        text = json.dumps(summary, indent=2) + "\n"
+        (run_dir / "drafter" / "dflash_factory.json").write_text(text)
+        (run_dir / "train_summary.json").write_text(text)
+        acc.print(
+            f"trained {pos.step} steps in {elapsed:.0f}s ({summary['target_tokens_per_s']:.0f} target tokens/s): {run_dir}"
+        )
+    acc.wait_for_everyone()
+    acc.end_training()

@@ -15,7 +15,8 @@ import torch
 
 from standin.model import Target
 from trainer.config import TrainConfig
-from trainer.data.units import Unit
+from trainer.data.build import Sequence
+from trainer.data.units import Unit, pack, session_units, split_unit
 from trainer.dflash import layout as L
 from trainer.sources import source_for, step_taps
 
@@ -117,3 +118,21 @@ def sample_anchors(step: PackedStep, per_segment: int, generator: torch.Generato
 
 def _cpu(layout: L.Layout) -> L.Layout:
     return L.Layout(layout.seg.cpu(), layout.pos.cpu(), layout.share.cpu())
+
+
+def plan_steps(cfg: TrainConfig, seqs: list[Sequence]) -> list[list[Unit]]:
+    """The steps of one epoch: units (a session's sequences sharing prefixes, or one sequence each),
+    packed up to ``max_len`` computed tokens, or one unit (part) per step."""
+    units = session_units(seqs, share=cfg.prefix_sharing)
+    if cfg.packing:
+        return pack(units, cfg.max_len)
+    return [[part] for u in units for part in split_unit(u, cfg.max_len)]
+
+
+def describe_steps(cfg: TrainConfig, steps: list[list[Unit]]) -> str:
+    computed = [sum(u.computed for u in s) for s in steps]
+    segments = sum(len(u.segments) for s in steps for u in s)
+    return (
+        f"{segments} sequences, {sum(computed)} target tokens, at most {max(computed)} per step, "
+        f"packing {'on' if cfg.packing else 'off'}, prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
+    )

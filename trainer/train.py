@@ -37,13 +37,12 @@ from trainer.checkpoint import resume as resume_from
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import build as data_build
 from trainer.data.build import Sequence as TrainSequence
-from trainer.data.units import Unit, pack, session_units, sharing_report, split_unit
+from trainer.data.units import Unit, session_units, sharing_report
 from trainer.dflash import helpers as H
-from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import StepOutput, dflash_loss, use_flex_attention
-from trainer.drafting import Drafting, frozen_weight, make_drafting
+from trainer.drafting import Drafting, finish, frozen_weight, make_drafting
 from trainer.heldout import HeldOut
-from trainer.packed import PackedStep, sample_anchors, step_for
+from trainer.packed import PackedStep, describe_steps, plan_steps, sample_anchors, step_for
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.rundir import open_run, resolve_data
 
@@ -243,67 +242,6 @@ def micro_step(
         total = acc.reduce(out.weight.clone(), "sum")
         out.loss = out.loss * out.weight * acc.num_processes / total.clamp_min(1e-9)
     return out, step.computed, step.supervised
-
-
-def plan_steps(cfg: TrainConfig, seqs: list[TrainSequence]) -> list[list[Unit]]:
-    """The steps of one epoch: units (a session's sequences sharing prefixes, or one sequence each),
-    packed up to ``max_len`` computed tokens, or one unit (part) per step."""
-    units = session_units(seqs, share=cfg.prefix_sharing)
-    if cfg.packing:
-        return pack(units, cfg.max_len)
-    return [[part] for u in units for part in split_unit(u, cfg.max_len)]
-
-
-def describe_steps(cfg: TrainConfig, steps: list[list[Unit]]) -> str:
-    computed = [sum(u.computed for u in s) for s in steps]
-    segments = sum(len(u.segments) for s in steps for u in s)
-    return (
-        f"{segments} sequences, {sum(computed)} target tokens, at most {max(computed)} per step, "
-        f"packing {'on' if cfg.packing else 'off'}, prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
-    )
-
-
-def finish(
-    acc: Accelerator,
-    cfg: TrainConfig,
-    run_dir: Path,
-    d: Drafting,
-    pos: Position,
-    meter: Meter,
-    elapsed: float,
-    n_seqs: int,
-    report: dict[str, Any],
-) -> None:
-    """The drafter in float32 in the released layout, and the run's summary (main process)."""
-    state = acc.get_state_dict(d.model)
-    if acc.is_main_process:
-        final = DFlashDraftModel(d.config)
-        final.load_state_dict({k: v.float().cpu() for k, v in state.items()})
-        final.save(run_dir / "drafter")
-        world = acc.num_processes
-        summary = {
-            "target": cfg.target,
-            "steps": pos.step,
-            "sequences": n_seqs,
-            "world_size": world,
-            "distributed_type": str(acc.distributed_type.value),
-            "train_seconds": round(elapsed, 1),
-            "target_tokens": meter.tokens * world,
-            "supervised_tokens": meter.supervised * world,
-            "target_tokens_per_s": round(meter.tokens * world / max(elapsed, 1e-9), 1),
-            "mask_token": {"id": d.mask_id, "how": d.mask_how},
-            "target_layer_ids": d.layer_ids,
-            "rope_style": "neox",
-            "data": report,
-        }
-        text = json.dumps(summary, indent=2) + "\n"
-        (run_dir / "drafter" / "dflash_factory.json").write_text(text)
-        (run_dir / "train_summary.json").write_text(text)
-        acc.print(
-            f"trained {pos.step} steps in {elapsed:.0f}s ({summary['target_tokens_per_s']:.0f} target tokens/s): {run_dir}"
-        )
-    acc.wait_for_everyone()
-    acc.end_training()
 
 
 # ---------------------------------------------------------------------------------------------------
