@@ -13,6 +13,7 @@ This is the only module that imports Ray, and it is imported only when `--ray` i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -78,11 +79,14 @@ class RayOptions(BaseSettings):
     def node_opts(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"address"})
 
+    def store_prefix(self) -> str:
+        return f"dflash-proxy-{hashlib.sha1(self.store_url.encode()).hexdigest()[:8]}"
+
     def actor_prefix(self) -> str:
-        """Node proxies are named by what they were started with: a restarted driver finds the same
-        ones; a run with other options gets its own."""
+        """Node proxies are named by their store and what they were started with: a restarted driver
+        finds the same ones; a run with other options gets its own."""
         digest = hashlib.sha1(json.dumps(self.node_opts(), sort_keys=True).encode()).hexdigest()[:10]
-        return f"dflash-proxy-{digest}"
+        return f"{self.store_prefix()}-{digest}"
 
 
 class RaySessionRunner:
@@ -136,22 +140,23 @@ class RaySessionRunner:
             return None  # no session placed there yet, or the node is going away
 
     def close(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
-        """Stop every node proxy of this run (each rolls its spool and drains its uploads)."""
+        """Stop every node proxy writing to this run's store (each rolls its spool and drains its uploads),
+        those of an earlier driver of the same store started with other options included: a store is one
+        run's home, and a killed driver's detached proxies would otherwise outlive it."""
         reports: list[dict[str, Any]] = []
-        for n in ray.nodes():
-            if not n["Alive"]:
-                continue
+        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                 if a.get("namespace") == ray_node.NAMESPACE and a["name"].startswith(self.opts.store_prefix())]  # fmt: skip
+        for name in sorted(names):
             try:
-                actor = ray.get_actor(
-                    f"{self.opts.actor_prefix()}-{n['NodeID']}", namespace=ray_node.NAMESPACE
-                )
+                actor = ray.get_actor(name, namespace=ray_node.NAMESPACE)
             except ValueError:
                 continue
             try:
                 reports.append(cast("dict[str, Any]", ray.get(actor.shutdown.remote(), timeout=timeout_s)))
-            except ray.exceptions.RayError as exc:
-                log.warning("node %s: proxy shutdown failed: %s", n["NodeID"][:12], exc)
-            ray.kill(actor)
+            except ray.exceptions.RayError as exc:  # its node died: nothing left to stop there
+                log.warning("%s: proxy shutdown failed: %s", name, str(exc).splitlines()[0])
+            with contextlib.suppress(ray.exceptions.RayError, ValueError):
+                ray.kill(actor)
         return reports
 
 

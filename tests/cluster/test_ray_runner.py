@@ -246,6 +246,11 @@ def test_a_restarted_driver_resumes_the_run(env: Env, tmp_path: Path) -> None:
     assert 1 <= done_before < 6
     second = _summary(_driver(env, data, store, limit=None, sleep_s=0.5, log=log))
     assert second["done"] == 6 - done_before
+    proxies = second["proxies"]
+    assert isinstance(proxies, list)
+    # The killed driver's node proxies (started with another sleep, so other actors) were stopped too.
+    assert len(proxies) >= 3
+    assert all(p["parts_left"] == [] for p in proxies)
     finishes = Counter(e["session"] for e in _events(log) if e["event"] == "finish")
     with sessions() as s:
         done = list(s.scalars(select(Session).where(Session.status == "done")))
