@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    client = docker.from_env()
+    # Creating, committing and removing containers of a 50,000-file tree outlasts the SDK's 60 s default.
+    client = docker.from_env(timeout=1800)
     run_id = f"bench-env-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix="bench-env-") as tmp:
         settings = SandboxSettings(env_state_dir=Path(tmp) / "state", egress="none", env_min_free_gb=1)
@@ -145,12 +146,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             out["copy_in_start_s"], out["copy_in_steps"] = start_seconds(client, copy, args.repeat)
             out["env_image_start_s"], out["env_image_steps"] = start_seconds(client, env, args.repeat)
             out["speedup"] = round(float(out["copy_in_start_s"]) / float(out["env_image_start_s"]), 2)  # type: ignore[arg-type]
+            print(json.dumps(out, indent=2), flush=True)
         finally:
             for lang in ("python", "go", "big"):
                 gc_env_images(
                     client, settings.model_copy(update={"env_budget_gb": 1e-9}), repo_id=f"{run_id}/{lang}"
                 )
-    print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return out

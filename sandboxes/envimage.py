@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import requests
 
 from sandboxes.config import SandboxSettings
 from sandboxes.detect import Plan
@@ -228,8 +229,8 @@ def gc_env_images(
         if not dry_run:
             try:
                 client.images.remove(img.id, force=False)
-            except docker.errors.APIError:
-                continue  # in use by a running session: next time
+            except (docker.errors.APIError, requests.exceptions.RequestException):
+                continue  # in use by a running session, or slower than the client's timeout: next time
         removed.append(tag)
         total -= own
     return removed
