@@ -84,6 +84,27 @@ def _flex_attention(device: torch.device):  # type: ignore[no-untyped-def]
     return _COMPILED_FLEX["cuda"]
 
 
+# Queries per dense-attention call: the score matrix of one call is heads x QUERY_CHUNK x keys, so a long
+# context with many anchors (32k tokens x 512 blocks) stays within memory. Rows are independent
+# (a softmax per query), so chunking changes nothing but the peak.
+QUERY_CHUNK = 1024
+
+
+def _dense_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    q_len = q.shape[2]
+    if q_len <= QUERY_CHUNK:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    parts = []
+    for s in range(0, q_len, QUERY_CHUNK):
+        m = mask[s : s + QUERY_CHUNK] if mask is not None else None
+        parts.append(
+            F.scaled_dot_product_attention(q[:, :, s : s + QUERY_CHUNK], k, v, attn_mask=m, scale=scale)
+        )
+    return torch.cat(parts, dim=2)
+
+
 @dataclass
 class DraftCache:
     """Per-layer K/V of the context features seen so far (already normed and rotated), for decoding."""
@@ -144,7 +165,7 @@ class DFlashAttention(nn.Module):
             if rep > 1:
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+            out = _dense_attention(q, k, v, mask, self.scaling)
         out = out.transpose(1, 2).reshape(b, q_len, -1)
         return self.o_proj(out), (k_ctx, v_ctx)
 

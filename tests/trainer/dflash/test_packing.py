@@ -9,6 +9,7 @@ from trainer.data.build import Sequence
 from trainer.data.units import Segment, Unit, pack, session_units
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
+from trainer.dflash import model as M
 from trainer.dflash.objective import dflash_loss
 from trainer.packed import make_step, unit_features
 
@@ -139,3 +140,17 @@ def test_pack_fills_steps_up_to_the_budget_and_splits_oversized_units() -> None:
     big = Unit([Segment(_seq(_ids(80, 1), 1), 0), Segment(_seq(_ids(80, 2), 1), 30)])
     [[p1], [p2]] = sorted(pack([big], 100), key=lambda s: s[0].segments[0].seq.input_ids)
     assert {p1.segments[0].shared, p2.segments[0].shared} == {0}  # a split part computes its whole context
+
+
+def test_dense_attention_in_query_chunks_is_the_same(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Long contexts with many anchors: the dense path attends in chunks of queries; the result is equal."""
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    s = _seq(_ids(60, 9), 10)
+    ids, mask = torch.tensor(s.input_ids), torch.tensor(s.loss_mask)
+    taps = target.tap(ids[None], drafter.target_layer_ids)
+    anchors = torch.arange(10, 58, 2)  # 24 blocks = 96 queries
+    whole = _loss(drafter, target, taps, ids, mask, anchors)
+    monkeypatch.setattr(M, "QUERY_CHUNK", 8)  # 12 chunks of two blocks
+    chunked = _loss(drafter, target, taps, ids, mask, anchors)
+    assert torch.allclose(whole.loss, chunked.loss, atol=1e-6)
