@@ -12,6 +12,7 @@ confirmed by reading back the stored size, and readers skip hidden (``.``/``_``)
 
 from __future__ import annotations
 
+import builtins
 import os
 import posixpath
 import uuid
@@ -159,10 +160,10 @@ class Store:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def mirror(self, local_dir: Path, suffix: str = ".parquet") -> list[Path]:
+    def mirror(self, local_dir: Path, suffix: str = ".parquet") -> builtins.list[Path]:
         """Copy every file under this store ending with `suffix` into `local_dir` (same relative names),
         skipping those already there with the same size: a local cache for readers that need files."""
-        got = []
+        got: builtins.list[Path] = []  # `list` is also this class's method
         for key in self.list(suffix=suffix):
             dest = local_dir / key
             if not (dest.exists() and dest.stat().st_size == self.size(key)):
