@@ -179,6 +179,15 @@ class ClusterProgress(Progress):
         outer.add_row(nodes)
         return outer
 
+    def final(self, runner: Runner) -> None:
+        super().final(runner)
+        if self.plain:  # off a terminal: the node rows as plain lines too
+            for r in self.ray_runner.nodes():
+                calls = "–" if r["calls"] is None else f"{r['calls']:,}"
+                self.console.print(f"node {r['node'][:12]} {r['ip']} {'alive' if r['alive'] else 'dead'}: "
+                                   f"{r['slots']} sandbox slots, {r['done']} done here, {calls} calls recorded",
+                                   soft_wrap=True, highlight=False, markup=False)  # fmt: skip
+
 
 def run_cluster(
     sessions: sessionmaker[OrmSession],
