@@ -58,3 +58,43 @@ def test_a_speculative_endpoint_without_counters(dataset: Path, plain: Live, tmp
     assert code == 2
     assert "endpoint dflash" in out
     assert "is labelled speculative but its /metrics has no vllm:spec_decode_* counters" in out
+
+
+@pytest.mark.slow  # loads tiny-qwen3 and serves it
+def test_an_endpoint_lost_midway_keeps_the_levels_already_done(tiny, dataset: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    import uvicorn
+
+    from standin.server import TargetServer
+    from tests.support import wait_http
+    from trainer.replay import ReplaySettings, run_replay
+    from trainer.replay.run import Progress
+
+    port = free_port()
+    uv = uvicorn.Server(
+        uvicorn.Config(TargetServer(tiny).app, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    wait_http(f"http://127.0.0.1:{port}/health", timeout=60)
+
+    def stop_after_first_level() -> None:
+        uv.should_exit = True
+        thread.join(timeout=30)
+
+    settings = ReplaySettings(
+        data=dataset,
+        endpoint=[f"base=http://127.0.0.1:{port}"],
+        concurrency=[1, 2],
+        max_tokens=2,
+        out=tmp_path / "o",
+    )
+    report = run_replay(settings, Progress(finish=stop_after_first_level))
+    assert [lv["concurrency"] for lv in report["levels"]] == [1, 2]
+    assert report["levels"][0]["endpoints"]["base"]["ok"] == 4  # the first level, kept
+    assert report["levels"][1]["endpoints"]["base"]["ok"] == 0
+    assert report["refused"]
+    assert "stopped early: endpoint base" in report["problems"][-1]
+    assert "answered no call" in report["problems"][-1]
+    assert (tmp_path / "o" / "report.json").is_file()
