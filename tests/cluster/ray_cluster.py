@@ -46,8 +46,9 @@ class Node:
         psutil.wait_procs(tree, timeout=10)
         self.proc.wait(timeout=10)
 
-    def stop(self) -> None:
-        """A clean stop: `ray start --block` stops its children on SIGTERM; stragglers are killed."""
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM (`ray start --block` stops its children), then, past `grace_s` (Ray would drain for
+        30 s: nothing of a test's cluster needs it), the whole tree is killed."""
         if self.proc.poll() is None:
             try:
                 tree = psutil.Process(self.proc.pid).children(recursive=True)
@@ -56,12 +57,14 @@ class Node:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait(timeout=10)
             for p in tree:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     p.kill()
+            psutil.wait_procs(tree, timeout=10)
 
 
 @dataclass
