@@ -1,4 +1,7 @@
-"""`python -m factory …`: repos, issues, sample, translate, plan, run, status, export, push, harvest."""
+"""`python -m factory …`: repos, issues, sample, translate, plan, run, status, export, push, harvest.
+
+The commands of each stage live in `cli_ingest` and `cli_publish`; running the sessions (`run`, `status`,
+`harvest`) lives here."""
 
 from __future__ import annotations
 
@@ -9,32 +12,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from clikit import settings_command
+from factory import cli_ingest, cli_publish
+from factory.cli_common import DataDir, Db, app, console
+from factory.cli_common import db_sessions as _sessions
 from factory.harvest import HarvestOptions
 from factory.run.runners import RunOptions
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-repos_app = typer.Typer(add_completion=False, help="The repository registry (repos.yaml).")
-app.add_typer(repos_app, name="repos")
-console = Console(stderr=True, soft_wrap=True)  # off a terminal: one line per message
-
-DataDir = Annotated[
-    Path, typer.Option("--data-dir", envvar="DFLASH_DATA_DIR", help="Database, calls, dataset.")
-]
-Db = Annotated[
-    str | None,
-    typer.Option(
-        "--db", envvar="DFLASH_DB_URL", help="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db)."
-    ),
-]
-
-
-def _sessions(db: str | None, data_dir: Path):  # type: ignore[no-untyped-def]
-    from factory.db import connect, default_url, session_factory
-
-    return session_factory(connect(db or default_url(data_dir)))
+__all__ = ["app", "cli_ingest", "cli_publish", "main"]  # the stage modules register their commands on `app`
 
 
 @app.callback()
@@ -42,135 +28,6 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> 
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-
-
-@repos_app.command("check")
-def repos_check(
-    path: Annotated[Path | None, typer.Option(help="repos.yaml to validate")] = None,
-    online: Annotated[bool, typer.Option(help="Ask the GitHub API whether every repository exists")] = False,
-    token: Annotated[str | None, typer.Option(envvar="GITHUB_TOKEN")] = None,
-    api_url: Annotated[str, typer.Option(envvar="GITHUB_API_URL")] = "https://api.github.com",
-) -> None:
-    """Validate repos.yaml; with --online, report every name that 404s."""
-    from collections import Counter
-
-    from factory.ingest import registry
-
-    try:
-        reg = registry.load(path)
-    except registry.RegistryError as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(1) from None
-    langs = Counter(r.language for r in reg.repos)
-    console.print(
-        f"{len(reg.repos)} repositories; languages: "
-        + ", ".join(f"{k} {v}" for k, v in langs.most_common(12))
-    )
-    if not online:
-        return
-    from factory.ingest.fixlink import repo_warnings
-    from factory.ingest.github import GitHubClient, NotFound
-
-    missing, flagged = [], 0
-    with GitHubClient(token, base_url=api_url) as gh:
-        for r in reg.repos:
-            try:
-                notes = repo_warnings(gh.repo(r.name))
-            except NotFound:
-                missing.append(r.name)
-                console.print(f"[red]404[/] {r.name}")
-                continue
-            if notes:  # still harvestable in part, so a warning rather than a failure
-                flagged += 1
-                console.print(f"[yellow]{', '.join(notes)}[/] {r.name}")
-    console.print(
-        f"{len(missing)} of {len(reg.repos)} not found; {flagged} archived, forks or without issues"
-    )
-    raise typer.Exit(1 if missing else 0)
-
-
-@app.command()
-def issues(
-    data_dir: DataDir = Path("data"),
-    db: Db = None,
-    token: Annotated[str | None, typer.Option(envvar="GITHUB_TOKEN")] = None,
-    api_url: Annotated[str, typer.Option(envvar="GITHUB_API_URL")] = "https://api.github.com",
-    limit_repos: Annotated[int | None, typer.Option(help="Only the first N repositories")] = None,
-    path: Annotated[Path | None, typer.Option(help="repos.yaml")] = None,
-) -> None:
-    """Harvest new GitHub issues (incremental: since= and ETags) with their base commits."""
-    from factory.ingest import registry
-    from factory.ingest.github import GitHubClient
-    from factory.ingest.issues import DbEtagCache, harvest
-
-    sessions = _sessions(db, data_dir)
-    with GitHubClient(token, base_url=api_url, cache=DbEtagCache(sessions)) as gh:
-        rep = harvest(sessions, registry.load(path), gh, limit_repos=limit_repos,
-                      on_repo=lambda n, k: console.print(f"{n}: +{k}"))  # fmt: skip
-        console.print(f"+{rep.issues_new} issues from {rep.repos_ok} repositories; "
-                      f"{gh.stats.requests} requests, {gh.stats.not_modified} not modified")  # fmt: skip
-    if rep.missing:
-        console.print(f"[yellow]404 (not found): {', '.join(rep.missing)}[/]")
-    for name, err in rep.errors.items():
-        console.print(f"[red]{name}: {err}[/]")
-    console.print(f"skipped: {rep.skipped}")
-
-
-@app.command("sample")
-def sample_cmd(data_dir: DataDir = Path("data"), db: Db = None) -> None:
-    """Load the bundled offline sample (repos generated under DATA_DIR/sample-repos)."""
-    from factory.ingest import sample
-
-    got = sample.install(_sessions(db, data_dir), data_dir / "sample-repos")
-    console.print(got)
-
-
-@app.command()
-def translate(
-    url: Annotated[
-        str, typer.Option(envvar="DFLASH_TRANSLATE_URL", help="OpenAI-compatible base URL (…/v1)")
-    ],
-    data_dir: DataDir = Path("data"),
-    db: Db = None,
-    model: Annotated[str | None, typer.Option(help="Default: the endpoint's first model")] = None,
-    api_key: Annotated[str, typer.Option(envvar="DFLASH_TRANSLATE_KEY")] = "dflash",
-    limit: Annotated[int | None, typer.Option()] = None,
-    retry_rejected: Annotated[bool, typer.Option()] = False,
-    concurrency: Annotated[int, typer.Option()] = 4,
-) -> None:
-    """Translate every issue without a cached Korean translation (tagged `translation`)."""
-    from factory.ingest.translate import Translator, translate_missing
-
-    tr = Translator(url, model=model, api_key=api_key)
-    counts = translate_missing(_sessions(db, data_dir), tr, limit=limit, retry_rejected=retry_rejected,
-                               concurrency=concurrency)  # fmt: skip
-    console.print(counts)
-
-
-@app.command()
-def plan(
-    data_dir: DataDir = Path("data"),
-    db: Db = None,
-    agents: Annotated[str, typer.Option(help="Agents and weights: claude-code,codex=1,opencode=0.5")] = (
-        "claude-code,codex,opencode"
-    ),
-    langs: Annotated[str, typer.Option(help="Languages and weights: en,ko")] = "en,ko",
-    seed: Annotated[int, typer.Option()] = 0,
-    dry_run: Annotated[bool, typer.Option(help="Show what would be added")] = False,
-) -> None:
-    """Plan sessions (issue × language × agent) and print the plan's size by language and agent."""
-    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, summary_table
-    from factory.run.plan import plan as do_plan
-
-    try:
-        cfg = PlanConfig(agents=parse_mix(agents, AGENTS), langs=parse_mix(langs, LANGS), seed=seed)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    s = do_plan(_sessions(db, data_dir), cfg, dry_run=dry_run)
-    title = (
-        f"{'would add' if dry_run else 'plan'}: {s.issues} issues, {s.translated} with Korean; +{s.added} new"
-    )
-    Console().print(summary_table(s, title))
 
 
 @app.command()
@@ -252,50 +109,6 @@ def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
     out["dead_leases"] = [{"session": sid, "owner": owner} for sid, owner in dead_local_leases(sessions)]
     out["reap"] = preview(data_dir)
     typer.echo(json.dumps(out, indent=1))
-
-
-@app.command()
-def export(
-    data_dir: DataDir = Path("data"),
-    db: Db = None,
-    out: Annotated[Path | None, typer.Option(help="Default: DATA_DIR/dataset")] = None,
-    held_out: Annotated[float, typer.Option(help="Fraction of repositories in the test split")] = 0.05,
-    rows_per_shard: Annotated[int, typer.Option()] = 20_000,
-    repo_id: Annotated[
-        str, typer.Option(help="Hub id used in the card's examples")
-    ] = "dflash-factory/agent-traffic",
-    calls_url: Annotated[
-        str | None,
-        typer.Option(envvar="DFLASH_EXPORT_CALLS_URL", help="Read the calls from this storage URL (s3://…)"),
-    ] = None,
-) -> None:
-    """Write the dataset in the Hugging Face Hub layout (calls and sessions configs)."""
-    from factory.publish.export import export as do_export
-
-    dest = out or data_dir / "dataset"
-    s = do_export(_sessions(db, data_dir), data_dir, dest, held_out=held_out, rows_per_shard=rows_per_shard,
-                  repo_id=repo_id, calls_url=calls_url)  # fmt: skip
-    console.print(f"{dest}: {s.sessions} sessions, {s.calls} calls, {s.duplicates_dropped} duplicates dropped, "
-                  f"secrets scrubbed {dict(s.secrets) or 'none'}")  # fmt: skip
-
-
-@app.command()
-def push(
-    repo_id: Annotated[str, typer.Option(help="ORG/NAME on the Hub")],
-    data_dir: DataDir = Path("data"),
-    folder: Annotated[Path | None, typer.Option(help="Default: DATA_DIR/dataset")] = None,
-    dry_run: Annotated[bool, typer.Option(help="List what would be uploaded")] = False,
-    private: Annotated[bool, typer.Option()] = False,
-    token: Annotated[str | None, typer.Option(envvar="HF_TOKEN")] = None,
-) -> None:
-    """Upload the exported dataset with huggingface_hub (resumable large-folder upload)."""
-    from factory.publish.push import push as do_push
-
-    files = do_push(folder or data_dir / "dataset", repo_id, dry_run=dry_run, private=private, token=token)
-    for path, size in files:
-        typer.echo(f"{size:>12,}  {path}")
-    typer.echo(f"{'would upload' if dry_run else 'uploaded'} {len(files)} files, {sum(s for _, s in files):,} bytes "
-          f"to datasets/{repo_id}")  # fmt: skip
 
 
 @app.command()

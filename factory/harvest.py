@@ -135,6 +135,7 @@ def _sessions_stage(
     """Services up → translate → plan → sessions; the services are stopped on the way out."""
     summary: dict[str, object] = {}
     with services(opts, console, ledger) as (proxy, _target, model):
+        summary["target_model"] = model
         # translations (tagged: kept out of the agent data)
         counts = translate_missing(sessions, Translator(f"{proxy}/s/translate/v1", model=model),
                                    limit=opts.translate_limit)  # fmt: skip
@@ -181,7 +182,13 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         console.print(f"[bold]roll[/] {roll_spool(opts.data_dir)}", soft_wrap=True)
     out = opts.data_dir / "dataset"
     es = export(
-        sessions, opts.data_dir, out, held_out=opts.held_out, calls_url=opts.store_url if opts.ray else None
+        sessions,
+        opts.data_dir,
+        out,
+        held_out=opts.held_out,
+        calls_url=opts.store_url if opts.ray else None,
+        target_model=summary.get("target_model"),
+        progress=lambda line: console.print(f"export {line}", markup=False, soft_wrap=True),
     )
     summary["dataset"] = str(out)
     summary["export"] = {"sessions": es.sessions, "calls": es.calls, "by_agent_lang": es.by_cell,

@@ -1,0 +1,36 @@
+"""What every `python -m factory` command shares: the app, the console, the data-folder options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+from factory.db import connect, default_url, session_factory
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="repos, issues, sample, translate, plan, run, status, export, push, harvest.",
+)
+repos_app = typer.Typer(add_completion=False, help="The repository registry (repos.yaml).")
+app.add_typer(repos_app, name="repos")
+console = Console(stderr=True, soft_wrap=True)  # off a terminal: one line per message
+
+DataDir = Annotated[
+    Path, typer.Option("--data-dir", envvar="DFLASH_DATA_DIR", help="Database, calls, dataset.")
+]
+Db = Annotated[
+    str | None,
+    typer.Option(
+        "--db", envvar="DFLASH_DB_URL", help="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db)."
+    ),
+]
+
+
+def db_sessions(db: str | None, data_dir: Path) -> sessionmaker[OrmSession]:
+    return session_factory(connect(db or default_url(data_dir)))
