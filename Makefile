@@ -84,11 +84,12 @@ harvest: install docker
 # (the bundled sample of call records while there are none): train, evaluate (tau by real speculative
 # decoding + the lossless check), export. The run is runs/<name>/, runs/latest points to it.
 TRAIN_CONFIG ?= trainer/configs/cpu.yaml
+RUNS_DIR ?= runs
 .PHONY: train
 train: install
-	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) $(TRAIN_ARGS)
-	$(BIN)/python -m trainer eval runs/latest
-	$(BIN)/python -m trainer export runs/latest runs/latest/export
+	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) --set runs_dir=$(RUNS_DIR) $(TRAIN_ARGS)
+	$(BIN)/python -m trainer eval $(RUNS_DIR)/latest
+	$(BIN)/python -m trainer export $(RUNS_DIR)/latest $(RUNS_DIR)/latest/export
 
 # The drafter where it is served: the CPU stand-in target served plainly and with runs/latest/export
 # (`make train` first when there is none), 24 held-out calls replayed against both, the MAL / speedup
@@ -96,5 +97,5 @@ train: install
 BENCH_ARGS ?=
 .PHONY: bench
 bench: install
-	@test -f runs/latest/export/config.json || $(MAKE) train
-	$(BIN)/python -m trainer.replay.bench --run runs/latest $(BENCH_ARGS)
+	@test -f $(RUNS_DIR)/latest/export/config.json || $(MAKE) train
+	$(BIN)/python -m trainer.replay.bench --run $(RUNS_DIR)/latest $(BENCH_ARGS)
