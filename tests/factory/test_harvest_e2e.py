@@ -1,5 +1,7 @@
 """`make harvest` on the embedded default, for real: bundled sample, CPU stand-in target, proxy,
-Docker sandboxes running the three real agent CLIs, export. Slow: two rounds of three sessions, each cut at 180 s (≈ 8–10 min on 2 cores)."""
+Docker sandboxes running the three real agent CLIs, export — then `make train` on the same data folder, as a
+user chains them. Slow: two rounds of three sessions, each cut at 180 s (≈ 8–10 min on 2 cores), then a
+short training run, its evaluation on held-out calls and the export (≈ 5 min)."""
 
 from __future__ import annotations
 
@@ -18,12 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.cli
-def test_make_harvest_on_the_embedded_default(tmp_path):
+def test_make_harvest_then_make_train_on_the_embedded_default(tmp_path):
     data = tmp_path / "data"
     # MAKEFLAGS/MAKELEVEL: under `make test` this make is nested and would print "Leaving directory" last.
     drop = ("TARGET_URL", "GITHUB_TOKEN", "DFLASH_DB_URL", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["HF_DATASETS_OFFLINE"] = env["HF_HUB_OFFLINE"] = "1"
+    _harvest(data, env, tmp_path)
+    _train(data, env, tmp_path / "runs")
+
+
+def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
     r = subprocess.run(
         [
             "make",
@@ -62,3 +69,39 @@ def test_make_harvest_on_the_embedded_default(tmp_path):
     assert {c["client_agent"] for c in crows} >= {"claude-code", "codex", "opencode"}
     assert any("이슈" in c["request_json"] for c in crows if c["lang"] == "ko")
     assert (out / "README.md").read_text().count("config_name") == 2
+    assert summary["export"]["exact_ids_fraction"] == 1.0, summary["export"]  # no call lost its exact ids
+
+
+def _train(data: Path, env: dict[str, str], runs: Path) -> None:
+    """`make train` on what `make harvest` just recorded: the Claude Code calls are trained on (their exact ids
+    survived the export) and the evaluation decodes held-out calls. Few epochs and tokens: this checks the
+    joint between the two commands, not the drafter's quality (benchmarks/drafter_tau.py measures that)."""
+    args = "--set epochs=2 --set eval_prompts=2 --set eval_max_new_tokens=8"
+    r = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "train",
+            f"DATA_DIR={data}",
+            f"RUNS_DIR={runs}",
+            f"TRAIN_ARGS={args}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
+    run = (runs / "latest").resolve()
+    report = json.loads((run / "data" / "report.json").read_text())
+    assert report["source"].startswith(str(data)), report["source"]  # the harvest, not the bundled sample
+    assert report["records"]["kept_by_source"].get("stored", 0) > 0
+    assert "prompt_tokens_mismatch" not in report["records"]["excluded"], report["records"]
+    trained = report["split"]["train"]["agents"]
+    assert trained.get("claude-code", 0) > 0, report["split"]
+    assert report["split"]["eval"]["sequences"] > 0, report["split"]
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["n_prompts"] > 0
+    assert ev["lossless"] is True
+    assert (run / "export" / "config.json").exists()
