@@ -153,3 +153,42 @@ def test_differing_greedy_outputs_are_counted_and_refused(tmp_path: Path) -> Non
     assert "1 of 3 greedy outputs of dflash differ from base's" in report["problems"][0]
     assert dflash["spec"]["mal"] == 2.5
     assert dflash["speedup"] == 1.0  # same tokens in the same request time
+
+
+def test_a_row_without_ids_is_replayed_by_its_chat_body() -> None:
+    from trainer.replay.calls import to_call
+    from trainer.replay.client import request_for
+
+    row = {
+        "call_id": "a1",
+        "agent": "claude-code",
+        "lang": "en",
+        "api": "anthropic_messages",
+        "status_code": 200,
+        "outcome": "ok",
+        "completion_tokens": 9,
+        "request_json": '{"model": "x", "max_tokens": 99, "system": "be brief", '
+        '"messages": [{"role": "user", "content": "hi"}]}',
+    }
+    call = to_call(row, cap=4)
+    assert call is not None
+    assert call.prompt_ids is None
+    path, body = request_for(call, "served")
+    assert path == "/v1/chat/completions"
+    assert body["messages"][0] == {"role": "system", "content": "be brief"}
+    assert (body["model"], body["max_tokens"], body["temperature"]) == ("served", 4, 0)
+    with_ids = to_call({**row, "prompt_token_ids": [5, 6], "completion_token_ids": [1, 2, 3]}, cap=4)
+    assert with_ids is not None
+    assert request_for(with_ids, "served") == (
+        "/v1/completions",
+        {
+            "model": "served",
+            "max_tokens": 3,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "return_token_ids": True,
+            "prompt": [5, 6],
+        },
+    )
+    assert to_call({**row, "status_code": 500}, cap=4) is None  # failed calls are not replayed
