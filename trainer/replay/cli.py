@@ -21,6 +21,7 @@ from trainer.replay.summary import markdown, plots
 def progress_reporter() -> tuple[Progress, Any]:
     """A rich bar on a terminal; off one, a plain line per finished call (logs and CI read those)."""
     if sys.stderr.isatty():
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TimeElapsedColumn
         from rich.progress import Progress as Bar
 
@@ -30,6 +31,7 @@ def progress_reporter() -> tuple[Progress, Any]:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             transient=False,
+            console=Console(stderr=True),  # stdout carries the table
         )
         task: list[Any] = []
 
