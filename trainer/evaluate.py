@@ -41,6 +41,7 @@ class Prompt:
     agent: str
     language: str
     session_id: str | None
+    truncated: bool = False  # the context's last max_prompt_len tokens only
 
 
 def held_out_prompts(eval_parquet: Path, n: int, max_prompt_len: int) -> list[Prompt]:
@@ -50,15 +51,28 @@ def held_out_prompts(eval_parquet: Path, n: int, max_prompt_len: int) -> list[Pr
 
 def prompts_from_sequences(seqs: list[Any], n: int, max_prompt_len: int) -> list[Prompt]:
     """The context before each supervised span is one prompt; taken round-robin over sequences (so
-    sessions, agents and languages mix), at most ``max_prompt_len`` tokens long."""
-    queues = [
-        [
-            Prompt(s.input_ids[:start], s.agent, s.language, s.session_id)
-            for start in s.span_starts
-            if 0 < start <= max_prompt_len
-        ]
-        for s in seqs
-    ]
+    sessions, agents and languages mix), at most ``max_prompt_len`` tokens long.
+
+    Agent prompts often exceed a CPU's evaluation budget (a Claude Code call starts at ≈ 5–12k tokens):
+    when fewer than ``n`` contexts fit, the longer ones are evaluated on their last ``max_prompt_len``
+    tokens (``truncated``; both the plain and the speculative decode see the same window, so tau and the
+    lossless check stay exact for it), rather than reporting no held-out prompt at all."""
+    fitting, windows = [], []
+    for s in seqs:
+        fitting.append([_prompt(s, start) for start in s.span_starts if 0 < start <= max_prompt_len])
+        windows.append(
+            [_prompt(s, start, max_prompt_len) for start in s.span_starts if start > max_prompt_len]
+        )
+    out = _round_robin(fitting, n)
+    return out + _round_robin(windows, n - len(out))
+
+
+def _prompt(seq: Any, start: int, window: int | None = None) -> Prompt:
+    lo = max(0, start - window) if window else 0
+    return Prompt(seq.input_ids[lo:start], seq.agent, seq.language, seq.session_id, truncated=lo > 0)
+
+
+def _round_robin(queues: list[list[Prompt]], n: int) -> list[Prompt]:
     out: list[Prompt] = []
     depth = 0
     while len(out) < n and any(len(q) > depth for q in queues):
@@ -154,6 +168,7 @@ def evaluate(
         "lossless": all(r["lossless"] for r in per_prompt),
         "per_position_acceptance": [round(n / max(1, stats.num_drafts), 4) for n in stats.accepted_per_pos],
         "n_prompts": len(prompts),
+        "prompts_truncated": sum(p.truncated for p in prompts),
         "acceptance_length": round(1 + stats.num_accepted_tokens / max(1, stats.num_drafts), 4),
         "num_drafts": stats.num_drafts,
         "num_draft_tokens": stats.num_draft_tokens,
