@@ -15,6 +15,13 @@ import pytest
 from records.io import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
+# The stand-in target both commands use. The harvest runs three sessions at once, so every call's prefill
+# competes for the 2 cores: SmolLM2 (the default) prefills ≈ 50 tokens/s there, and three agents' 5k-token
+# prompts interleaved do not finish within a session's 180 s — every call would end client_disconnected and
+# `make train` would have nothing to train on. tiny-qwen3 (real Qwen3 tokenizer and template, random
+# weights) prefills an agent's prompt in seconds, so the calls complete; what this test checks is the joint
+# between the two commands, not what the drafter learns.
+TARGET = "tiny-qwen3"
 
 
 @pytest.mark.slow
@@ -37,7 +44,7 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
             "--no-print-directory",
             "harvest",
             f"DATA_DIR={data}",
-            "HARVEST_ARGS=--limit 6 --concurrency 3 --session-timeout 180",
+            f"HARVEST_ARGS=--limit 6 --concurrency 3 --session-timeout 180 --target-model {TARGET}",
         ],
         cwd=ROOT,
         env=env,
@@ -84,6 +91,7 @@ def _train(data: Path, env: dict[str, str], runs: Path) -> None:
             "train",
             f"DATA_DIR={data}",
             f"RUNS_DIR={runs}",
+            f"TARGET_MODEL={TARGET}",
             f"TRAIN_ARGS={args}",
         ],
         cwd=ROOT,
