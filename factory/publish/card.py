@@ -179,7 +179,32 @@ the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a t
 
 {chr(10).join(f"![{Path(p).stem}]({p})" for p in images)}
 
-## How to load it
+{_loading(repo_id)}
+## How it was made
+
+Issues come from public GitHub repositories, each checked out at its base commit in a confined sandbox;
+Korean tasks are validated machine translations. Every model call went through a logging proxy; only the
+calls of each session's final attempt are kept ({stats.stale_attempt_calls_skipped:,} calls of abandoned
+attempts and {stats.translation_calls_skipped:,} translation calls left out).
+
+- **Split**: {split}
+- **Deduplication**: {stats.duplicates_dropped:,} exact duplicate calls (same API, model, request and response) removed.
+- **Secrets**: API keys and tokens (detect-secrets plugins and own patterns: AWS, GitHub, GitLab, npm,
+  PyPI, OpenAI, Anthropic, Hugging Face, Slack, Stripe, …), private keys, passwords in URLs, secret-named
+  high-entropy assignments and e-mail addresses are replaced by `<REDACTED:kind>`; the agents' own public
+  constants (e.g. `noreply@anthropic.com` in Claude Code's prompt) are not secrets. Found in the text:
+  {_counts(stats.secrets)}.
+- **Secrets inside token ids**: {ids_tool}. Found in ids: {_counts(stats.secrets_in_ids)};
+  {stats.ids_redacted:,} calls have `ids_redacted = true`.
+- **Exact ids kept**: {kept} of the {stats.calls_with_ids:,} calls that carried token ids still carry them
+  ({stats.token_ids_dropped:,} lost them).
+
+{_LIMITATIONS}"""
+
+
+def _loading(repo_id: str) -> str:
+    """The card's "How to load it" section: the two configs, and how to rebuild prefix-encoded rows."""
+    return f"""## How to load it
 
 ```python
 from datasets import load_dataset
@@ -212,27 +237,10 @@ def whole(rows, window={DELTA_WINDOW}):
         yield ids, text
 full = list(whole(calls["train"]))  # [(prompt_token_ids, request_json), ...] in row order
 ```
+"""
 
-## How it was made
 
-Issues come from public GitHub repositories, each checked out at its base commit in a confined sandbox;
-Korean tasks are validated machine translations. Every model call went through a logging proxy; only the
-calls of each session's final attempt are kept ({stats.stale_attempt_calls_skipped:,} calls of abandoned
-attempts and {stats.translation_calls_skipped:,} translation calls left out).
-
-- **Split**: {split}
-- **Deduplication**: {stats.duplicates_dropped:,} exact duplicate calls (same API, model, request and response) removed.
-- **Secrets**: API keys and tokens (detect-secrets plugins and own patterns: AWS, GitHub, GitLab, npm,
-  PyPI, OpenAI, Anthropic, Hugging Face, Slack, Stripe, …), private keys, passwords in URLs, secret-named
-  high-entropy assignments and e-mail addresses are replaced by `<REDACTED:kind>`; the agents' own public
-  constants (e.g. `noreply@anthropic.com` in Claude Code's prompt) are not secrets. Found in the text:
-  {_counts(stats.secrets)}.
-- **Secrets inside token ids**: {ids_tool}. Found in ids: {_counts(stats.secrets_in_ids)};
-  {stats.ids_redacted:,} calls have `ids_redacted = true`.
-- **Exact ids kept**: {kept} of the {stats.calls_with_ids:,} calls that carried token ids still carry them
-  ({stats.token_ids_dropped:,} lost them).
-
-## Limitations
+_LIMITATIONS = """## Limitations
 
 - Token ids exist only where the target returned them; `ids_exact = false` marks ids rendered afterwards
   through the target's `/tokenize`, and rows with `ids_redacted = true` differ from what the model saw
