@@ -14,7 +14,7 @@ import docker
 from records import session_prefix
 from sandboxes import testrun
 from sandboxes.agents import AgentContext, get_agent
-from sandboxes.agents.base import parse_jsonl
+from sandboxes.agents.base import Agent, parse_jsonl
 from sandboxes.config import SandboxSettings
 from sandboxes.egress import build_egress_image
 from sandboxes.files import tar_files
@@ -89,6 +89,27 @@ def _reason(res: ExecResult, limit: float, memory: str) -> str | None:
     return None
 
 
+def _agent_command(
+    box: Sandbox, req: SessionRequest, agent: Agent | None, settings: SandboxSettings
+) -> tuple[dict[str, str], list[str]]:
+    """(environment, argv) of the agent's headless run, its config files put in its home first."""
+    home = f"/home/{settings.user}"
+    if agent is None:
+        return {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url}, ["sh", "-c", str(req.command)]
+    ctx = AgentContext(
+        base_url=box.proxy_url + session_prefix(req.session_id),
+        api_key=f"dflash-{req.session_id[:12]}-{secrets.token_hex(8)}",
+        model=req.model,
+        task=req.task,
+        home=home,
+        workdir=settings.workdir,
+    )
+    files = agent.files(ctx)
+    if files:
+        box.container.put_archive("/", tar_files(files, AGENT_UID, owned_below=home))  # type: ignore[union-attr]
+    return agent.env(ctx), agent.command(ctx)
+
+
 def run_session(req: SessionRequest, client: docker.DockerClient | None = None) -> SessionResult:
     """Run the session to its end; the sandbox is torn down whatever happens."""
     settings = req.settings
@@ -122,22 +143,7 @@ def run_session(req: SessionRequest, client: docker.DockerClient | None = None) 
             baseline = _tests(box, req.test_command, settings.test_time_limit_s)
             box.exec(["sh", "-c", EXCLUDE_NEW], timeout=60)
             box.timings["baseline_tests"] = round(time.monotonic() - t, 4)
-        home = f"/home/{settings.user}"
-        if agent is None:
-            env, cmd = {"HOME": home, "DFLASH_PROXY_URL": box.proxy_url}, ["sh", "-c", str(req.command)]
-        else:
-            ctx = AgentContext(
-                base_url=box.proxy_url + session_prefix(req.session_id),
-                api_key=f"dflash-{req.session_id[:12]}-{secrets.token_hex(8)}",
-                model=req.model,
-                task=req.task,
-                home=home,
-                workdir=settings.workdir,
-            )
-            files = agent.files(ctx)
-            if files:
-                box.container.put_archive("/", tar_files(files, AGENT_UID, owned_below=home))  # type: ignore[union-attr]
-            env, cmd = agent.env(ctx), agent.command(ctx)
+        env, cmd = _agent_command(box, req, agent, settings)
         res = box.exec(cmd, env=env, timeout=limit)
         box.timings["agent"] = round(res.seconds, 4)
         reason = _reason(res, limit, settings.memory)

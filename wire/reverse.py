@@ -147,6 +147,55 @@ def _anthropic_assistant_blocks(message: Mapping[str, Any]) -> list[JSON]:
 # --- Responses ---------------------------------------------------------------------------------------
 
 
+def _responses_items(message: Mapping[str, Any]) -> list[JSON]:
+    """One Chat message as Responses input items (a tool result, an assistant turn's items, or a message)."""
+    role = message.get("role")
+    if role == "tool":
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.get("tool_call_id") or "",
+                "output": _text(message.get("content")),
+            }
+        ]
+    items: list[JSON] = []
+    if role == "assistant":
+        reasoning = reasoning_of(message)
+        if reasoning:
+            items.append(
+                {
+                    "type": "reasoning",
+                    "summary": [],
+                    "content": [{"type": "reasoning_text", "text": reasoning}],
+                }
+            )
+        parts = [
+            {"type": "output_text", "text": p.get("text") or "", "annotations": []}
+            for p in _parts(message.get("content"))
+            if p.get("type") == "text" and p.get("text")
+        ]
+        if parts:
+            items.append({"type": "message", "role": "assistant", "content": parts})
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id") or "",
+                    "name": function.get("name") or "",
+                    "arguments": function.get("arguments") or "",
+                }
+            )
+        return items
+    parts = []
+    for part in _parts(message.get("content")):
+        if part.get("type") == "text":
+            parts.append({"type": "input_text", "text": part.get("text") or ""})
+        elif part.get("type") == "image_url":
+            parts.append({"type": "input_image", "image_url": _image_url(part), "detail": "auto"})
+    return [{"type": "message", "role": "user" if role == "user" else "system", "content": parts}]
+
+
 def chat_to_responses_request(chat: Mapping[str, Any]) -> JSON:
     messages = list(chat.get("messages") or [])
     body: JSON = {"model": chat.get("model")}
@@ -154,52 +203,7 @@ def chat_to_responses_request(chat: Mapping[str, Any]) -> JSON:
         body["instructions"] = _text(messages.pop(0).get("content"))
     items: list[JSON] = []
     for message in messages:
-        role = message.get("role")
-        parts: list[JSON] = []
-        if role == "tool":
-            items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message.get("tool_call_id") or "",
-                    "output": _text(message.get("content")),
-                }
-            )
-        elif role == "assistant":
-            reasoning = reasoning_of(message)
-            if reasoning:
-                items.append(
-                    {
-                        "type": "reasoning",
-                        "summary": [],
-                        "content": [{"type": "reasoning_text", "text": reasoning}],
-                    }
-                )
-            parts = [
-                {"type": "output_text", "text": p.get("text") or "", "annotations": []}
-                for p in _parts(message.get("content"))
-                if p.get("type") == "text" and p.get("text")
-            ]
-            if parts:
-                items.append({"type": "message", "role": "assistant", "content": parts})
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                items.append(
-                    {
-                        "type": "function_call",
-                        "call_id": call.get("id") or "",
-                        "name": function.get("name") or "",
-                        "arguments": function.get("arguments") or "",
-                    }
-                )
-        else:
-            for part in _parts(message.get("content")):
-                if part.get("type") == "text":
-                    parts.append({"type": "input_text", "text": part.get("text") or ""})
-                elif part.get("type") == "image_url":
-                    parts.append({"type": "input_image", "image_url": _image_url(part), "detail": "auto"})
-            items.append(
-                {"type": "message", "role": "user" if role == "user" else "system", "content": parts}
-            )
+        items.extend(_responses_items(message))
     body["input"] = items
     tools = [t.get("function") for t in chat.get("tools") or [] if isinstance(t, Mapping)]
     if tools:
