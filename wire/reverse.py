@@ -169,7 +169,7 @@ def _responses_items(message: Mapping[str, Any]) -> list[JSON]:
                     "content": [{"type": "reasoning_text", "text": reasoning}],
                 }
             )
-        parts = [
+        parts: list[JSON] = [
             {"type": "output_text", "text": p.get("text") or "", "annotations": []}
             for p in _parts(message.get("content"))
             if p.get("type") == "text" and p.get("text")
