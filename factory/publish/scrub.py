@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins.base import RegexBasedDetector
@@ -122,9 +122,10 @@ class Scrubber:
 
     def __init__(self, allow: Iterable[str] = PUBLIC_CONSTANTS) -> None:
         self.allow = frozenset(allow)
+        plugins: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()
         self._plugins = [
-            (_slug(t), cast(Any, cls)())
-            for t, cls in sorted(get_mapping_from_secret_type_to_class().items())
+            (_slug(t), cls())
+            for t, cls in sorted(plugins.items())
             if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _SKIPPED_PLUGINS
         ]
 
