@@ -10,7 +10,10 @@ runs of that folder left on this host is reaped (`factory.run.lifecycle`)."""
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -21,7 +24,7 @@ from sqlalchemy.orm import sessionmaker
 
 from factory.db import connect, default_url, session_factory
 from factory.ingest import sample
-from factory.ingest.translate import Translator, translate_missing
+from factory.ingest.translate import Translator, translate_in_background
 from factory.publish.export import ExportStats, export
 from factory.run import queue
 from factory.run.lifecycle import run_scope
@@ -57,6 +60,9 @@ class HarvestOptions(ServiceOptions):
         default=None, ge=1, description="GitHub: the first N repositories of repos.yaml only."
     )
     translate_limit: int | None = Field(default=None, ge=0, description="Issues to translate at most.")
+    translate_concurrency: int = Field(
+        default=2, ge=1, description="Translation requests in flight at once (beside the sessions)."
+    )
     session_timeout: float = Field(default=600.0, gt=0, description="Seconds an agent may run.")
     held_out: float = Field(
         default=0.05, ge=0, lt=1, description="Fraction of repositories in the test split."
@@ -129,26 +135,49 @@ def _session_runner(opts: HarvestOptions, model: str, ledger: Ledger, console: C
     return get_runner(opts.runner, args)
 
 
+def _planner(sessions: Sessions, cfg: PlanConfig, console: Console) -> Callable[[int, object], None]:
+    """`on_done` of the background translation: plan what a landed translation makes plannable. Called
+    from the translation's worker threads, so planning is serialised (re-planning only adds what is new)."""
+    lock = threading.Lock()
+
+    def planned(_issue_id: int, _result: object) -> None:
+        with lock:
+            added = plan(sessions, cfg).added
+        if added:
+            console.print(f"[bold]plan[/] +{added} sessions of newly translated issues", soft_wrap=True)
+
+    return planned
+
+
+def _translated(translating: Future[dict[str, int]], console: Console) -> dict[str, int]:
+    counts = translating.result()
+    console.print(f"[bold]translate[/] {counts['ok']} accepted, {counts['rejected']} rejected")
+    return counts
+
+
 def _sessions_stage(
     opts: HarvestOptions, sessions: Sessions, console: Console, ledger: Ledger
 ) -> dict[str, object]:
-    """Services up → translate → plan → sessions; the services are stopped on the way out."""
+    """Services up → plan → sessions, with translation beside them; the services are stopped on the way out."""
     summary: dict[str, object] = {}
     with services(opts, console, ledger) as (proxy, _target, model):
         summary["target_model"] = model
-        # translations (tagged: kept out of the agent data)
-        counts = translate_missing(sessions, Translator(f"{proxy}/s/translate/v1", model=model),
-                                   limit=opts.translate_limit)  # fmt: skip
-        console.print(f"[bold]translate[/] {counts['ok']} accepted, {counts['rejected']} rejected")
-        summary["translated"] = counts
         cfg = PlanConfig(
             agents=parse_mix(opts.agents, AGENTS), langs=parse_mix(opts.langs, LANGS), seed=opts.seed
         )
-        ps = plan(sessions, cfg)
+        ps = plan(sessions, cfg)  # English sessions, and Korean ones of issues translated before
         console.print(f"[bold]plan[/] +{ps.added} sessions ({ps.total} in the plan)")
+        # Translations (tagged: kept out of the agent data) run beside the sessions; each accepted one
+        # plans its issue's Korean sessions at once, so they start without waiting for the rest.
+        translating = translate_in_background(
+            sessions, Translator(f"{proxy}/s/translate/v1", model=model), limit=opts.translate_limit,
+            concurrency=opts.translate_concurrency, on_done=_planner(sessions, cfg, console),
+        )  # fmt: skip
         if opts.ray:  # many hosts: Ray is imported only then (an optional heavy dependency)
             from factory.run.ray_runner import run_for_harvest
 
+            summary["translated"] = _translated(translating, console)
+            _planner(sessions, cfg, console)(0, None)
             summary["run"] = run_for_harvest(sessions, address=opts.ray, store_url=opts.store_url,
                                              upstream=opts.target_url or _target, runner=opts.runner, model=model,
                                              image=opts.image, time_limit_s=opts.session_timeout,
@@ -158,11 +187,12 @@ def _sessions_stage(
         run_cfg = RunConfig(
             proxy_url=proxy, data_dir=opts.data_dir, concurrency=opts.concurrency, limit=opts.limit
         )
-        runner = Runner(sessions, session_runner, run_cfg)
+        runner = Runner(sessions, session_runner, run_cfg, more_coming=lambda: not translating.done())
         progress = Progress(console, proxy_url=proxy)
         with progress.live():
             stats = runner.run(on_tick=progress.tick)
         progress.final(runner)
+        summary["translated"] = _translated(translating, console)
         summary["run"] = {"done": stats.done, "agent_failed": stats.agent_failed,
                           "infra_failed": stats.infra_failed, "retries": stats.infra_retries}  # fmt: skip
     return summary

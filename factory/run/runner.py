@@ -99,8 +99,12 @@ class Runner:
         *,
         repos: RepoCache | None = None,
         worker_prefix: str = "w",
+        more_coming: Callable[[], bool] | None = None,
     ) -> None:
         self.sessions = sessions
+        # True while sessions may still be planned (e.g. Korean ones, as their translations land): an empty
+        # queue then means "poll again", not "done".
+        self._more_coming = more_coming
         self.session_runner = session_runner
         self.cfg = cfg
         self.repos = repos or RepoCache(cfg.data_dir / "repos")
@@ -122,6 +126,8 @@ class Runner:
             self.stats.claimed -= 1
 
     def _nothing_left(self) -> bool:
+        if self._more_coming is not None and self._more_coming():
+            return False
         c = queue.counts(self.sessions)
         if c.get("pending", 0):
             return False
