@@ -1,23 +1,30 @@
-"""The proxy's ASGI app: routes, lifespan (upstream client, sink), health and metrics."""
+"""The proxy's ASGI app: routes, lifespan (upstream clients, sink), health and metrics."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from proxy.asgi import Receive, Send
+from proxy.chatmode import exchange_factory
 from proxy.config import ProxySettings
 from proxy.exchange import ExchangeFactory
 from proxy.metrics import ProxyMetrics
 from proxy.relay import Relay
 from proxy.roller import Prepare
 from proxy.sink import CallSink, SpoolSink
+from proxy.tokenize import TokenizeFiller
 from proxy.upstream import UpstreamClients
+
+log = logging.getLogger(__name__)
 
 
 def spool_sink(settings: ProxySettings) -> SpoolSink:
@@ -28,15 +35,22 @@ def spool_sink(settings: ProxySettings) -> SpoolSink:
         max_records=settings.segment_max_records,
         max_bytes=settings.segment_max_bytes,
         max_age_s=settings.segment_max_age_s,
+        min_free_bytes=settings.min_free_bytes,
+        retry_max_s=settings.roll_retry_max_s,
         prepare=_tokenize_filler(settings) if settings.tokenize_native else None,
     )
 
 
 def _tokenize_filler(settings: ProxySettings) -> Prepare:
-    from proxy.tokenize import TokenizeFiller
-
     key = settings.upstream_key.get_secret_value() if settings.upstream_key else None
     return TokenizeFiller(settings.upstream, key)
+
+
+class _RelayEndpoint:
+    """The catch-all route: a plain ASGI endpoint, so the relay reads and writes the raw messages."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        await scope["app"].state.relay(scope, receive, send)
 
 
 def create_app(
@@ -45,27 +59,34 @@ def create_app(
     sink: CallSink | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     exchange: ExchangeFactory | None = None,
-) -> FastAPI:
+) -> Starlette:
     """Build the app. `sink` and `transport` are seams for tests (MemorySink, httpx.MockTransport)."""
     the_sink: CallSink = sink if sink is not None else spool_sink(settings)
     metrics = ProxyMetrics(the_sink)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if isinstance(the_sink, SpoolSink):
             the_sink.start()
-        async with UpstreamClients(settings, transport) as client:
-            app.state.relay = Relay(
-                settings, client, the_sink, metrics, exchange or _default_exchange(settings)
-            )
-            yield
-        the_sink.close()
-
-    async def relay(request: Request) -> Response:
-        return await request.app.state.relay.handle(request)
+        try:
+            async with UpstreamClients(settings, transport) as client:
+                app.state.relay = Relay(
+                    settings, client, the_sink, metrics, exchange or _default_exchange(settings)
+                )
+                yield
+        finally:
+            the_sink.close()
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "proxy_id": settings.proxy_id, "upstream": settings.upstream})
+        health = the_sink.health
+        body = {
+            "status": "ok" if health.ok else "unavailable",
+            "proxy_id": settings.proxy_id,
+            "upstream": settings.upstream,
+            "recording": {"ok": health.ok, "reason": health.reason, "free_bytes": health.free_bytes},
+            "spool_depth": the_sink.depth,
+        }
+        return JSONResponse(body, status_code=200 if health.ok else 503)
 
     async def prom(request: Request) -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
@@ -74,15 +95,14 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/metrics", prom, methods=["GET"]),
         # Everything else goes to the relay, which knows the exact route table and 404s the rest.
-        Route("/{path:path}", relay, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]),
+        Route("/{path:path}", _RelayEndpoint()),
     ]
-    app = FastAPI(lifespan=lifespan, routes=routes, openapi_url=None, docs_url=None, redoc_url=None)
+    app = Starlette(lifespan=lifespan, routes=routes)
     app.state.metrics = metrics
     app.state.sink = the_sink
+    app.state.settings = settings
     return app
 
 
 def _default_exchange(settings: ProxySettings) -> ExchangeFactory:
-    from proxy.chatmode import exchange_factory
-
     return exchange_factory(settings)

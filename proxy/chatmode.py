@@ -38,7 +38,7 @@ class ChatTokenIds:
 
     def __init__(self, upstream_path: str, body: dict[str, Any]) -> None:
         self.upstream_path = upstream_path
-        self.upstream_body = json.dumps({**body, "return_token_ids": True}, ensure_ascii=False).encode()
+        self.upstream_body = dumps({**body, "return_token_ids": True})
         self._stripper = SSETokenIdStripper()
 
     def chunk(self, data: bytes) -> bytes:
@@ -61,7 +61,7 @@ class _Translating:
 
     def __init__(self, call: Call, translated: Translated, request: dict[str, Any]) -> None:
         self.request = request
-        self.upstream_body = json.dumps(translated.request, ensure_ascii=False).encode()
+        self.upstream_body = dumps(translated.request)
         call.translated = True
         call.dropped_fields = [
             f"{n.path}: {n.action} ({n.detail})" + (f" x{n.count}" if n.count > 1 else "")
@@ -77,18 +77,31 @@ class _Translating:
     def body(self, data: bytes, status: int) -> bytes:
         try:
             reply = json.loads(data)
-        except ValueError:
-            return data
-        if status >= 400 or not isinstance(reply, dict) or not self._is_answer(reply):
+        except (ValueError, RecursionError):
+            reply = data[:500].decode("utf-8", errors="replace")
+        if status >= 400:
             # An upstream error, re-shaped for the client's API (same mechanism as the proxy's own).
-            return errors.error_body(self.family, status if status >= 400 else 502, _error_message(reply))
-        return json.dumps(self._from_upstream(reply), ensure_ascii=False).encode()
+            return errors.error_body(self.family, status, _error_message(reply))
+        if not isinstance(reply, dict) or not self._is_answer(reply):
+            raise errors.BadReply(
+                f"upstream answered {status} without a reply: {_error_message(reply)[:500]}"
+            )
+        return dumps(self._from_upstream(reply))
 
     def _is_answer(self, reply: dict[str, Any]) -> bool:
         return "choices" in reply
 
     def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def dumps(obj: Any) -> bytes:
+    """JSON bytes as compact as the client's own; a string with a lone surrogate (a JS client cutting an emoji
+    in half) cannot be UTF-8, so then the JSON escapes everything non-ASCII and stays what the client sent."""
+    try:
+        return json.dumps(obj, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(obj).encode()
 
 
 def _error_message(reply: Any) -> str:

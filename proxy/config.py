@@ -1,15 +1,19 @@
-"""Proxy settings: CLI flags override environment variables (prefix DFLASH_PROXY_)."""
+"""Proxy settings: one pydantic model; `python -m proxy serve` generates its options from it (clikit), so each
+option has its DFLASH_PROXY_<NAME> environment variable and each default lives here only."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MiB = 1024 * 1024
 
 
 def default_proxy_id() -> str:
@@ -18,28 +22,75 @@ def default_proxy_id() -> str:
 
 
 class ProxySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DFLASH_PROXY_", extra="ignore")
+    # env_prefix_target="all": the alias DFLASH_PROXY_CLIENT_KEYS is read with the prefix too, never bare.
+    model_config = SettingsConfigDict(
+        env_prefix="DFLASH_PROXY_", env_prefix_target="all", extra="ignore", populate_by_name=True
+    )
 
-    upstream: str = Field(description="Base URL of the target endpoint, e.g. http://127.0.0.1:8000")
-    host: str = "127.0.0.1"
-    port: int = 8100
-    data_dir: Path = Path("data")
-    upstream_key: SecretStr | None = None
-    client_keys: list[str] = Field(default_factory=list)
-    max_body_bytes: int = 32 * 1024 * 1024
-    connect_timeout_s: float = 10.0
-    # Agents' long generations stream for minutes: this bounds the wait for the next byte, not the call.
-    read_timeout_s: float = 600.0
-    upstream_api: Literal["native", "chat"] = "native"
-    # aiohttp parses upstream streams in C; httpx's own transport (httpcore) is the fallback.
-    upstream_transport: Literal["aiohttp", "httpx"] = "aiohttp"
-    return_token_ids: bool = True
-    tokenize_native: bool = False
-    proxy_id: str = Field(default_factory=default_proxy_id)
-    # Spool segments roll into one Parquet part each; these bound a part's size and staleness.
-    segment_max_records: int = 2000
-    segment_max_bytes: int = 64 * 1024 * 1024
-    segment_max_age_s: float = 60.0
+    upstream: str = Field(description="Base URL of the target endpoint, e.g. http://127.0.0.1:8000.")
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(8100, ge=0, le=65535, description="Port to listen on.")
+    data_dir: Path = Field(
+        Path("data"), description="Where calls are recorded: DATA_DIR/spool, DATA_DIR/calls."
+    )
+    upstream_key: SecretStr | None = Field(
+        None, description="Key the proxy sends upstream (never the client's)."
+    )
+    client_key: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("client_key", "client_keys"),
+        description="A key clients must present (repeatable; in the environment a JSON list or keys separated "
+        "by spaces; DFLASH_PROXY_CLIENT_KEYS is read too). None given: no key needed.",
+    )
+    upstream_api: Literal["native", "chat"] = Field(
+        "native", description="What the upstream speaks: every API natively, or Chat Completions only."
+    )
+    upstream_transport: Literal["aiohttp", "httpx"] = Field(
+        "aiohttp", description="HTTP client to the upstream: aiohttp (C parser) or httpx's own (httpcore)."
+    )
+    return_token_ids: bool = Field(True, description="Ask a vLLM upstream for token ids on Chat Completions.")
+    tokenize_native: bool = Field(
+        False, description="Fill prompt ids of native Messages/Responses calls from /tokenize when they roll."
+    )
+    proxy_id: str = Field(default_factory=default_proxy_id, description="This process's name in records.")
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = Field(
+        "warning", description="Log level."
+    )
+    # Limits on what a client can make the proxy do.
+    max_body_bytes: int = Field(32 * MiB, gt=0, description="Largest request body, sent and decoded.")
+    max_header_bytes: int = Field(64 * 1024, ge=4096, description="Largest request head (line + headers).")
+    header_timeout_s: float = Field(15.0, gt=0, description="Time a client has to send a request's head.")
+    body_timeout_s: float = Field(120.0, gt=0, description="Time a client has to send a request's body.")
+    idle_timeout_s: float = Field(
+        65.0, gt=0, description="An idle keep-alive connection is closed after this."
+    )
+    max_connections: int = Field(4096, gt=0, description="Connections and requests at once; beyond, 503.")
+    # The upstream.
+    connect_timeout_s: float = Field(10.0, gt=0, description="Time to connect to the upstream.")
+    read_timeout_s: float = Field(
+        600.0, gt=0, description="Longest wait for the upstream's next byte (not for the whole call)."
+    )
+    shutdown_timeout_s: float = Field(
+        20.0,
+        ge=0,
+        description="On SIGTERM, in-flight calls get this long; then streams end with an error event.",
+    )
+    # Recording.
+    stream_memory_bytes: int = Field(
+        64 * 1024, gt=0, description="Response bytes a call keeps in memory; the rest spills to the spool."
+    )
+    rejected_body_bytes: int = Field(
+        64 * 1024, ge=0, description="How much of a rejected request's body its record keeps."
+    )
+    min_free_bytes: int = Field(
+        128 * MiB, ge=0, description="Below this much free space in DATA_DIR calls are refused (503)."
+    )
+    segment_max_records: int = Field(
+        2000, gt=0, description="Calls per spool segment (one Parquet part each)."
+    )
+    segment_max_bytes: int = Field(64 * MiB, gt=0, description="Bytes per spool segment.")
+    segment_max_age_s: float = Field(60.0, gt=0, description="A spool segment is rolled after this long.")
+    roll_retry_max_s: float = Field(60.0, gt=0, description="Longest wait between retries of a failed roll.")
 
     @field_validator("upstream")
     @classmethod
@@ -48,6 +99,21 @@ class ProxySettings(BaseSettings):
             raise ValueError("upstream must be an http:// or https:// URL")
         return v.rstrip("/")
 
+    @field_validator("client_key", mode="before")
+    @classmethod
+    def _keys(cls, v: Any) -> Any:
+        keys = _key_list(v)
+        if any(not isinstance(k, str) or not k.strip() for k in keys):
+            raise ValueError(
+                "an empty client key would let requests without a key through "
+                "(an unset shell variable?); give a key or leave the option out"
+            )
+        return [k.strip() for k in keys]
+
+    @property
+    def client_keys(self) -> list[str]:
+        return self.client_key
+
     @property
     def calls_dir(self) -> Path:
         return self.data_dir / "calls"
@@ -55,3 +121,22 @@ class ProxySettings(BaseSettings):
     @property
     def spool_dir(self) -> Path:
         return self.data_dir / "spool"
+
+
+def _key_list(v: Any) -> list[Any]:
+    """Keys from a list, a JSON list, or text with keys separated by spaces. A list that the
+    command line split on spaces out of one JSON text (`'["a", "b"]'`) is put back together first."""
+    if isinstance(v, list | tuple) and v and all(isinstance(x, str) for x in v):
+        joined = " ".join(v).strip()
+        if joined.startswith("["):
+            v = joined
+    if isinstance(v, str):
+        text = v.strip()
+        if text.startswith("["):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                raise ValueError("client keys look like a JSON list but are not valid JSON") from None
+            return decoded if isinstance(decoded, list) else [decoded]
+        return text.split() or [text]
+    return list(v) if isinstance(v, list | tuple) else [v]

@@ -8,20 +8,28 @@ _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    408: "timeout_error",
     413: "request_too_large",
     415: "invalid_request_error",
     502: "api_error",
+    503: "overloaded_error",
     504: "timeout_error",
 }
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    408: "timeout",
     413: "invalid_request_error",
     415: "invalid_request_error",
     502: "upstream_error",
+    503: "service_unavailable",
     504: "timeout",
 }
+
+
+class BadReply(Exception):
+    """The upstream answered 2xx with something that is not a reply of the kind asked for."""
 
 
 def error_body(family: str, status: int, message: str) -> bytes:

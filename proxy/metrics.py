@@ -23,12 +23,27 @@ class ProxyMetrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60),
             registry=r,
         )
+        self.refused = Counter(
+            "dflash_proxy_refused", "Requests answered 503 before any work, by reason", ["reason"], registry=r
+        )
+        self.record_failures = Counter(
+            "dflash_proxy_record_failures", "Calls whose record could not be made durable", registry=r
+        )
         Gauge("dflash_proxy_records_written", "Call records made durable", registry=r).set_function(
             lambda: sink.written
         )
         Gauge(
             "dflash_proxy_spool_depth", "Durable records not yet rolled into Parquet", registry=r
         ).set_function(lambda: sink.depth)
+        Gauge("dflash_proxy_recording", "1 while calls can be recorded, else 0", registry=r).set_function(
+            lambda: 1 if sink.health.ok else 0
+        )
+        Gauge(
+            "dflash_proxy_roll_failures", "Failed attempts to roll a spool segment", registry=r
+        ).set_function(lambda: getattr(sink, "roll_failures", 0))
+        Gauge(
+            "dflash_proxy_roll_pending", "Closed spool segments waiting to be rolled", registry=r
+        ).set_function(lambda: getattr(sink, "roll_pending", 0))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

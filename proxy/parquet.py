@@ -1,19 +1,40 @@
-"""A spooled `Call` as a call-record row (records.CallRecord, documented in docs/schema.md), and its part."""
+"""A spooled `Call` as a call-record row (records.CallRecord, documented in docs/schema.md), and its part.
+
+Building a row is linear in the call's size and never needs the response in one piece: it is read block by
+block (from the spool segment), decoded, and fed to the SSE assembler and the zstd compressor as it goes.
+A row that cannot be built (a reply no assembler understands, a bug) becomes a row that says so, and a string
+that is not valid Unicode (a lone surrogate a client sent) is escaped, so one bad call never holds back the
+other calls of its segment.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import zlib
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
+import brotli
+import pyarrow as pa
 import zstandard
 
 import records
-from proxy.codec import decode_body
+from proxy.codec import decode_iter
 from proxy.record import Call
 from wire.assemble import Assembled, assemble, summarize
 from wire.client_view import client_view
+
+log = logging.getLogger(__name__)
+DECODED_MAX = 1 << 30  # the largest decoded response a record holds
+_TEXT_MAX = 1 << 20  # an unassembled stream's text kept in `response_json` (all of it is in stream_raw_zstd)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _DecodeFailed(Exception):
+    pass
 
 
 def _ts(t: float | None) -> datetime | None:
@@ -24,11 +45,29 @@ def _text(b: bytes | None) -> str | None:
     return b.decode("utf-8", errors="replace") if b else None
 
 
+def clean(s: str | None) -> str | None:
+    """`s` as valid UTF-8 text: lone surrogates become `\\udXXX` escapes (Arrow refuses them)."""
+    if s is None or not _SURROGATE.search(s):
+        return s
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def to_row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
-    raw = b"".join(call.response_chunks)
-    decoded, decode_error = decode_body(raw, call.response_encoding)
+    try:
+        return _row(call, compressor)
+    except Exception as exc:
+        log.warning("call %s: record could not be assembled: %r", call.call_id, exc)
+        return _bare_row(call, f"record could not be assembled: {exc!r}")
+
+
+def _row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
     is_stream = "text/event-stream" in (call.response_content_type or "")
-    result = _assembled(call, decoded, is_stream)
+    try:
+        result, kept, raw_z = _read_response(call, compressor, is_stream, decode=True)
+        decode_error = None
+    except _DecodeFailed as exc:  # recorded as it came, with the reason
+        decode_error = f"cannot decode content-encoding {call.response_encoding!r}: {exc.__cause__}"
+        result, kept, raw_z = _read_response(call, compressor, is_stream, decode=False)
     body = result.body
     prompt_ids = result.prompt_token_ids
     source = "upstream" if prompt_ids is not None else None
@@ -36,55 +75,124 @@ def to_row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
         prompt_ids, source = call.extra["prompt_token_ids"], call.extra.get("token_ids_source")
     if body is not None:
         body = _without_ids(body)  # the ids have their own columns; keep response_json what the client saw
+    row = _bare_row(call, call.error or decode_error)
+    row.update(
+        stream=is_stream,
+        response_json=_dumps(body) if body is not None else clean(_text(kept)),
+        stream_raw_zstd=raw_z,
+        prompt_tokens=result.prompt_tokens,
+        completion_tokens=result.completion_tokens,
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=result.completion_token_ids,
+        token_ids_source=source if prompt_ids is not None else None,
+        finish_reason=clean(result.finish_reason) if isinstance(result.finish_reason, str) else None,
+    )
+    return row
+
+
+def _read_response(
+    call: Call, compressor: zstandard.ZstdCompressor, is_stream: bool, *, decode: bool
+) -> tuple[Assembled, bytes, bytes | None]:
+    """(assembled reply, the decoded bytes kept as text, the compressed raw stream) in one pass."""
+    pieces: Iterable[bytes] = call.response_pieces()
+    if decode and call.response_encoding:
+        pieces = _decoding(pieces, call.response_encoding)
+    if not is_stream:
+        data = b"".join(pieces)
+        return _assembled(call, data, False), data, None
+    z = compressor.compressobj()
+    out: list[bytes] = []
+    kept: list[bytes] = []
+    sizes = [0, _TEXT_MAX]  # bytes seen, room left in `kept`
+
+    def tee(src: Iterable[bytes]) -> Iterator[bytes]:
+        for piece in src:
+            out.append(z.compress(piece))
+            sizes[0] += len(piece)
+            if sizes[1] > 0:
+                kept.append(piece[: sizes[1]])
+                sizes[1] -= len(kept[-1])
+            yield piece
+
+    teed = tee(pieces)
+    result = _assembled(call, teed, True)
+    for _ in teed:  # whatever the assembler did not need is still compressed into the record
+        pass
+    out.append(z.flush())
+    return result, b"".join(kept), b"".join(out) if sizes[0] else None
+
+
+def _decoding(pieces: Iterable[bytes], encoding: str) -> Iterator[bytes]:
+    try:
+        yield from decode_iter(pieces, encoding, DECODED_MAX)
+    except (ValueError, OSError, EOFError, zlib.error, brotli.error, zstandard.ZstdError) as exc:
+        raise _DecodeFailed() from exc
+
+
+def table(calls: list[Call], compressor: zstandard.ZstdCompressor) -> pa.Table:
+    """The calls as an Arrow table of the record schema; a row Arrow refuses is replaced by the call's bare
+    facts and the reason, instead of failing the part."""
+    rows = [to_row(c, compressor) for c in calls]
+    try:
+        return pa.Table.from_pylist(rows, schema=records.SCHEMA)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        checked = [_checked(row, call) for row, call in zip(rows, calls, strict=True)]
+        return pa.Table.from_pylist(checked, schema=records.SCHEMA)
+
+
+def _checked(row: dict[str, Any], call: Call) -> dict[str, Any]:
+    try:
+        pa.Table.from_pylist([row], schema=records.SCHEMA)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        log.warning("call %s: row refused by Arrow (%r); recording its facts only", call.call_id, exc)
+        return _bare_row(call, f"record could not be stored: {exc!r}")
+    return row
+
+
+def _bare_row(call: Call, error: str | None) -> dict[str, Any]:
+    """The columns that come from the call's facts, not from its response."""
     return {
         "call_id": call.call_id,
-        "session_id": call.session_id,
-        "agent": call.agent,
-        "agent_session_id": call.agent_session_id,
-        "user_agent": call.user_agent,
-        "tag": call.tag,
+        "session_id": clean(call.session_id),
+        "agent": clean(call.agent),
+        "agent_session_id": clean(call.agent_session_id),
+        "user_agent": clean(call.user_agent),
+        "tag": clean(call.tag),
         "api": call.api,
         "method": call.method,
-        "path": call.path,
-        "model": call.model,
-        "stream": is_stream,
+        "path": clean(call.path),
+        "model": clean(call.model) if isinstance(call.model, str) else None,
+        "stream": "text/event-stream" in (call.response_content_type or ""),
         "status_code": call.status_code,
         "outcome": call.outcome,
-        "error": call.error or decode_error,
-        "request_json": _text(call.request_body),
-        "upstream_request_json": _text(call.upstream_request_body),
-        "response_json": json.dumps(body, ensure_ascii=False) if body is not None else _text(decoded),
-        "stream_raw_zstd": compressor.compress(decoded) if is_stream and decoded else None,
-        "response_content_encoding": call.response_encoding,
+        "error": clean(error),
+        "request_json": clean(_text(call.request_body)),
+        "upstream_request_json": clean(_text(call.upstream_request_body)),
+        "response_content_encoding": clean(call.response_encoding),
         "started_at": _ts(call.started_at),
         "first_byte_at": _ts(call.first_byte_at),
         "finished_at": _ts(call.finished_at),
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "prompt_token_ids": prompt_ids,
-        "completion_token_ids": result.completion_token_ids,
-        "token_ids_source": source if prompt_ids is not None else None,
-        "finish_reason": result.finish_reason,
         "translated": call.translated,
-        "dropped_fields": call.dropped_fields or None,
-        "upstream": call.upstream,
-        "proxy_id": call.proxy_id,
+        "dropped_fields": [clean(f) for f in call.dropped_fields] or None,
+        "upstream": clean(call.upstream),
+        "proxy_id": clean(call.proxy_id),
     }
 
 
-def write_part(calls: list[Call], calls_dir: Path, name: str) -> Path:
-    """Write calls as `calls_dir/name`, atomically (records.io.write_part)."""
-    compressor = zstandard.ZstdCompressor(level=3)
-    return records.write_part((to_row(c, compressor) for c in calls), calls_dir, name)
+def _dumps(body: Any) -> str | None:
+    try:
+        return clean(json.dumps(body, ensure_ascii=False))
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
-def _assembled(call: Call, decoded: bytes, is_stream: bool) -> Assembled:
+def _assembled(call: Call, data: bytes | Iterable[bytes], is_stream: bool) -> Assembled:
     """Usage and ids from what the upstream sent; the body in the client's API shape."""
     if call.translated and call.api == "anthropic_count_tokens":
-        return _count_tokens_from_tokenize(decoded)
+        return _count_tokens_from_tokenize(data if isinstance(data, bytes) else b"".join(data))
     if not call.translated or call.api not in ("anthropic_messages", "openai_responses"):
-        return assemble(call.api, decoded, is_stream)
-    chat = assemble("openai_chat", decoded, is_stream)
+        return assemble(call.api, data, is_stream)
+    chat = assemble("openai_chat", data, is_stream)
     if chat.body is None or "choices" not in chat.body:
         return chat
     client = summarize(call.api, client_view(call.api, chat.body, call.request_body))
@@ -108,7 +216,7 @@ def _without_ids(body: dict[str, Any]) -> dict[str, Any]:
 def _count_tokens_from_tokenize(decoded: bytes) -> Assembled:
     try:
         reply = json.loads(decoded)
-    except ValueError:
+    except (ValueError, RecursionError):
         return Assembled(errors=["tokenize reply is not JSON"])
     tokens = reply.get("tokens") if isinstance(reply, dict) else None
     if not isinstance(tokens, list):

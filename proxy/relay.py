@@ -1,40 +1,36 @@
-"""Relay one request to the upstream and record it. Streams are passed on chunk by chunk.
+"""Relay one request to the upstream and record it: the checks before anything is forwarded.
 
-On the path of a stream chunk the relay only appends the chunk to a list: no disk I/O and no
-JSON work. The call is recorded, and awaited durable, after the last chunk but before the
-response ends, so a client that saw the end of a response can rely on its record being on disk.
+Order of work for a call, cheapest first: the route, whether calls can be recorded at all (else 503), the
+client key (before any body is read), the body (size and time limits), decoding and parsing (in a worker
+thread when large), then the exchange (proxy/forward.py). Every request on a relayed route ends in a
+record, rejected ones included (with what was read of the request, up to `rejected_body_bytes`); the only
+exceptions are the 503s sent because the record could not be written. Client input never makes a 500.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
-import time
-from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
-import httpx
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
 
-from proxy import errors
+from proxy.asgi import ClientGone, Flight, Receive, Responder, Send, header, read_body, text
 from proxy.attribution import agent_from_user_agent, agent_session_id
-from proxy.codec import StreamDecoder, decode_body
+from proxy.auth import ClientKeys
 from proxy.config import ProxySettings
 from proxy.exchange import Exchange, ExchangeFactory, passthrough
+from proxy.forward import forward
 from proxy.metrics import ProxyMetrics
 from proxy.record import Call
-from proxy.routes import Match, family_for_path, match
-from proxy.sink import CallSink, durable
+from proxy.routes import Match, Route, family_for_path, match
+from proxy.sink import CallSink
 from proxy.upstream import UpstreamClients
-from proxy.validate import Rejected, parse_json_body, read_body
+from proxy.validate import Rejected, parse_json_body
 
 log = logging.getLogger(__name__)
-
-HOP_BY_HOP = {
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "trailers", "transfer-encoding", "upgrade", "host", "content-length",
-}  # fmt: skip
-CLIENT_KEY_HEADERS = ("authorization", "x-api-key", "api-key")
+_THREAD_PARSE = 64 * 1024  # bodies above this are decoded and parsed off the event loop
 
 
 class Relay:
@@ -48,199 +44,157 @@ class Relay:
     ) -> None:
         self.settings, self.client, self.sink, self.metrics = settings, client, sink, metrics
         self.exchange = exchange
-        self._keys = set(settings.client_keys)
+        self.keys = ClientKeys(settings.client_key)
+        self.flights: set[Flight] = set()
 
-    async def handle(self, request: Request) -> Response:
-        m = match(request.method, request.url.path)
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        out = Responder(send)
+        method, path = scope["method"], scope["path"]
+        m = match(method, path)
         if m is None:
             self.metrics.requests.labels("unknown", "404").inc()
-            msg = f"no route for {request.method} {request.url.path}; nothing was forwarded"
-            return _error(family_for_path(request.url.path), 404, msg)
-        call = self._new_call(request, m)
+            msg = f"no route for {method} {path}; nothing was forwarded"
+            await out.error(family_for_path(path), 404, msg)
+            return
+        call = _new_call(scope, m, self.settings)
         self.metrics.in_flight.inc()
         try:
-            return await self._handle(request, m, call)
+            await self._serve(scope, receive, out, m, call)
+        except Exception as exc:  # a proxy bug: the client still gets an answer, the call a record
+            log.exception("call %s failed inside the proxy", call.call_id)
+            if call.finished_at is None:
+                call.status_code = 500
+                call.finish("upstream_error", f"proxy error: {exc!r}")
+                await self.record(call, wait=False)
+            if not out.started:
+                await out.error(m.route.family, 500, "internal proxy error; see the proxy's log")
         finally:
             self.metrics.in_flight.dec()
+            if not call.handed_over:
+                call.release()
 
-    def _new_call(self, request: Request, m: Match) -> Call:
-        query = request.url.query
-        h = request.headers
-        return Call(
-            method=request.method,
-            path=m.upstream_path + (f"?{query}" if query else ""),
-            api=m.route.api.value,
-            upstream=self.settings.upstream,
-            proxy_id=self.settings.proxy_id,
-            session_id=m.session_id,
-            agent=agent_from_user_agent(h.get("user-agent")),
-            agent_session_id=agent_session_id(h),
-            user_agent=h.get("user-agent"),
-            tag=h.get("x-dflash-tag"),
-        )
-
-    async def _handle(self, request: Request, m: Match, call: Call) -> Response:
-        family = m.route.family
+    async def _serve(
+        self, scope: dict[str, Any], receive: Receive, out: Responder, m: Match, call: Call
+    ) -> None:
+        family, headers = m.route.family, scope["headers"]
+        health = self.sink.health
+        if not health.ok:
+            self.metrics.refused.labels("cannot_record").inc()
+            await out.error(family, 503, health.reason or "the proxy cannot record calls", close=True)
+            return
+        raw = b""
         try:
-            self._check_key(request)
-            raw = await read_body(request, self.settings.max_body_bytes) if request.method == "POST" else b""
-            self.metrics.request_bytes.inc(len(raw))
+            if not self.keys.allows(headers):
+                raise Rejected(401, "missing or unknown API key")
             body = None
-            if request.method == "POST":
-                body, call.request_body = parse_json_body(
-                    raw, request.headers.get("content-encoding"), m.route, self.settings.max_body_bytes
+            if scope["method"] == "POST":
+                s = self.settings
+                length = header(headers, b"content-length")
+                raw = await read_body(
+                    receive, s.max_body_bytes, s.body_timeout_s, length, s.rejected_body_bytes
                 )
+                self.metrics.request_bytes.inc(len(raw))
+                call.request_body = raw
+                body, call.request_body = await _parse(raw, header(headers, b"content-encoding"), m.route, s)
                 call.model, call.stream = body.get("model"), bool(body.get("stream", False))
-            exchange = self.exchange(call, m.upstream_path, raw, body)
+            exchange = self._choose(call, m, raw, body)
         except Rejected as rej:
-            return await self._reject(call, family, rej.status, rej.reason)
+            await self.reject(out, call, family, rej, unread=not raw and scope["method"] == "POST")
+            return
+        except ClientGone as gone:
+            call.request_body, call.status_code = gone.body, 499
+            call.finish("client_disconnected", str(gone))
+            await self.record(call, wait=False)
+            return
         if exchange.upstream_body is not raw:
             call.upstream_request_body = exchange.upstream_body
-        return await self._forward(request, call, family, exchange)
+        await forward(self, scope, receive, out, call, family, exchange)
 
-    def _check_key(self, request: Request) -> None:
-        if not self._keys:
-            return
-        h = request.headers
-        offered = [h.get(n, "").removeprefix("Bearer ").strip() for n in CLIENT_KEY_HEADERS]
-        if not self._keys.intersection(offered):
-            raise Rejected(401, "missing or unknown API key")
-
-    async def _reject(self, call: Call, family: str, status: int, reason: str) -> Response:
-        call.status_code = status
-        call.finish("rejected", reason)
-        await self._record(call, wait=True)
-        return _error(family, status, reason)
-
-    def _upstream_headers(self, request: Request, call: Call, exchange: Exchange) -> list[tuple[str, str]]:
-        drop = HOP_BY_HOP | set(CLIENT_KEY_HEADERS) | {"x-dflash-tag"}
-        if exchange.rewrites:
-            drop |= {"content-encoding", "accept-encoding"}  # we must read what comes back
-        headers = [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
-        if "accept-encoding" not in request.headers or exchange.rewrites:
-            headers.append(("accept-encoding", "identity"))  # else httpx would ask for compression itself
-        key = self.settings.upstream_key
-        if key is not None:
-            headers.append(("authorization", f"Bearer {key.get_secret_value()}"))
-            if call.api.startswith("anthropic"):
-                headers.append(("x-api-key", key.get_secret_value()))
-        return headers
-
-    async def _forward(self, request: Request, call: Call, family: str, exchange: Exchange) -> Response:
-        # The client's query string belongs to its own route (Claude Code's `?beta=true`), not to a
-        # translated one.
-        query = request.url.query if call.path.startswith(exchange.upstream_path) else ""
-        url = self.settings.upstream + exchange.upstream_path + (f"?{query}" if query else "")
-        client = self.client.pick()
-        up_req = client.build_request(
-            request.method,
-            url,
-            headers=self._upstream_headers(request, call, exchange),
-            content=exchange.upstream_body if request.method == "POST" else None,
-        )
+    def _choose(self, call: Call, m: Match, raw: bytes, body: dict[str, Any] | None) -> Exchange:
         try:
-            resp = await client.send(up_req, stream=True)
-        except httpx.TimeoutException as exc:
-            return await self._upstream_failed(call, family, 504, "timeout", f"upstream timed out: {exc!r}")
-        except httpx.HTTPError as exc:
-            return await self._upstream_failed(
-                call, family, 502, "upstream_error", f"upstream unreachable: {exc!r}"
-            )
-        call.first_byte_at = time.time()
-        self.metrics.ttfb.observe(call.first_byte_at - call.started_at)
-        call.status_code = resp.status_code
-        call.response_encoding = resp.headers.get("content-encoding")
-        call.response_content_type = resp.headers.get("content-type")
-        if resp.status_code >= 400:
-            call.outcome, call.error = "upstream_error", f"upstream answered {resp.status_code}"
-        headers = _response_headers(resp, exchange)
-        if "text/event-stream" in (call.response_content_type or ""):
-            return StreamingResponse(self._stream(call, resp, exchange), resp.status_code, headers)
-        return await self._whole(call, family, resp, exchange, headers)
-
-    async def _whole(
-        self, call: Call, family: str, resp: httpx.Response, exchange: Exchange, headers: dict[str, str]
-    ) -> Response:
-        try:
-            async for chunk in resp.aiter_raw():
-                call.response_chunks.append(chunk)
-        except httpx.HTTPError as exc:
-            reason = f"upstream failed while sending the body: {exc!r}"
-            return await self._upstream_failed(call, family, 502, "upstream_error", reason)
-        finally:
-            await resp.aclose()
-        data = b"".join(call.response_chunks)
-        if exchange.rewrites and call.response_encoding:  # asked for identity, got encoded anyway
-            data = decode_body(data, call.response_encoding)[0]
-        try:
-            body = exchange.body(data, resp.status_code)
-        except Exception as exc:  # a reply the exchange could not handle must not take the proxy down
-            log.exception("relaying call %s failed", call.call_id)
-            reason = f"proxy could not relay the upstream reply: {exc!r}"
-            return await self._upstream_failed(call, family, 502, "upstream_error", reason)
-        call.finish()
-        await self._record(call, wait=True)
-        self.metrics.response_bytes.inc(len(body))
-        return Response(body, resp.status_code, headers)
-
-    async def _stream(self, call: Call, resp: httpx.Response, exchange: Exchange) -> AsyncIterator[bytes]:
-        sent = 0
-        wait = True
-        decoder = (
-            StreamDecoder(call.response_encoding) if exchange.rewrites and call.response_encoding else None
-        )
-        # An injected error event is only readable by the client in a stream it gets uncompressed.
-        readable = exchange.rewrites or not call.response_encoding
-        try:
-            async for chunk in resp.aiter_raw():
-                call.response_chunks.append(chunk)
-                out = exchange.chunk(decoder.feed(chunk) if decoder else chunk)
-                if out:
-                    sent += len(out)
-                    yield out
-            tail = exchange.end()
-            if tail:
-                sent += len(tail)
-                yield tail
-            call.finish()
-        except httpx.HTTPError as exc:
-            call.finish("upstream_error", f"upstream stream broke: {exc!r}")
-            if readable:
-                yield errors.stream_error_event(call.api, "upstream connection lost mid-stream")
-        except Exception as exc:  # a stream the exchange could not handle must not take the proxy down
-            log.exception("relaying call %s failed", call.call_id)
-            call.finish("upstream_error", f"proxy could not relay the upstream stream: {exc!r}")
-            if readable:
-                yield errors.stream_error_event(call.api, "proxy could not relay the upstream stream")
-        except BaseException:  # cancelled or closed: the client went away
-            call.finish("client_disconnected", "client disconnected before the end of the stream")
-            wait = False
+            return self.exchange(call, m.upstream_path, raw, body)
+        except Rejected:
             raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await resp.aclose()
-                self.metrics.response_bytes.inc(sent)
-                await self._record(call, wait=wait)
+        except RecursionError:
+            raise Rejected(400, "request body is nested too deeply to translate") from None
+        except Exception as exc:  # the translators' view of a request they cannot map is a client error
+            log.warning("call %s: request cannot be translated", call.call_id, exc_info=True)
+            raise Rejected(400, f"request cannot be translated for the upstream: {exc!r}") from None
 
-    async def _upstream_failed(
-        self, call: Call, family: str, status: int, outcome: str, reason: str
-    ) -> Response:
-        call.status_code = status
-        call.finish(outcome, reason)
-        await self._record(call, wait=True)
-        return _error(family, status, reason)
+    async def reject(
+        self, out: Responder, call: Call, family: str, rej: Rejected, *, unread: bool = False
+    ) -> None:
+        call.status_code = rej.status
+        keep = self.settings.rejected_body_bytes
+        body = rej.body or call.request_body
+        reason = rej.reason
+        if len(body) > keep:
+            reason += f" (the record keeps the first {keep} of {len(body)} bytes of the request)"
+        call.request_body = body[:keep]
+        call.finish("rejected", reason)
+        await self.record(call, wait=True)
+        await out.error(family, rej.status, rej.reason, close=unread or rej.status in (408, 413))
 
-    async def _record(self, call: Call, *, wait: bool) -> None:
+    async def record(self, call: Call, *, wait: bool) -> bool:
+        """Hand the call to the sink; with `wait`, return whether it is durable."""
         self.metrics.requests.labels(call.api, str(call.status_code)).inc()
-        fut = self.sink.submit(call)
-        if wait:
-            await durable(fut)
+        try:
+            fut = self.sink.submit(call)
+        except Exception:
+            log.exception("call %s could not be queued for recording", call.call_id)
+            self.metrics.record_failures.inc()
+            return False
+        if not wait:
+            call.handed_over = True  # the spill is read by the spool writer after this returns
+            fut.add_done_callback(lambda f: self._done(call, f))
+            return True
+        try:
+            await asyncio.wrap_future(fut)
+        except Exception as exc:
+            log.error("call %s was not recorded: %s", call.call_id, exc)
+            self.metrics.record_failures.inc()
+            return False
+        return True
+
+    def _done(self, call: Call, fut: concurrent.futures.Future[None]) -> None:
+        call.release()
+        if fut.exception() is not None:
+            self.metrics.record_failures.inc()
+
+    def begin_shutdown(self, deadline_s: float) -> None:
+        """From now, calls in flight have `deadline_s`; then each is cut (an error event for a stream, a 503
+        otherwise) and recorded."""
+        asyncio.get_running_loop().call_later(deadline_s, self.cut_all)
+
+    def cut_all(self) -> None:
+        for flight in list(self.flights):
+            flight.cut("shutdown")
 
 
-def _response_headers(resp: httpx.Response, exchange: Exchange) -> dict[str, str]:
-    drop = HOP_BY_HOP | ({"content-encoding"} if exchange.rewrites else set())
-    return {k: v for k, v in resp.headers.items() if k.lower() not in drop}
+async def _parse(
+    raw: bytes, encoding: bytes | None, route: Route, s: ProxySettings
+) -> tuple[dict[str, Any], bytes]:
+    enc = encoding.decode("latin-1") if encoding is not None else None
+    if len(raw) <= _THREAD_PARSE and enc is None:
+        return parse_json_body(raw, enc, route, s.max_body_bytes)
+    return await anyio.to_thread.run_sync(parse_json_body, raw, enc, route, s.max_body_bytes)
 
 
-def _error(family: str, status: int, reason: str) -> Response:
-    return Response(errors.error_body(family, status, reason), status, media_type="application/json")
+def _new_call(scope: dict[str, Any], m: Match, settings: ProxySettings) -> Call:
+    query = scope.get("query_string") or b""
+    h = {k.lower(): v for k, v in scope["headers"]}  # the last of repeated headers wins, as in attribution
+    user_agent = text(h.get(b"user-agent"))
+    ids = (b"x-", b"session", b"thread")
+    texts = {k.decode("latin-1"): text(v, 256) or "" for k, v in h.items() if k.startswith(ids)}
+    return Call(
+        method=scope["method"],
+        path=m.upstream_path + (f"?{query.decode('latin-1')}" if query else ""),
+        api=m.route.api.value,
+        upstream=settings.upstream,
+        proxy_id=settings.proxy_id,
+        session_id=m.session_id,
+        agent=agent_from_user_agent(user_agent),
+        agent_session_id=agent_session_id(texts),
+        user_agent=user_agent,
+        tag=text(h.get(b"x-dflash-tag"), 256),
+    )

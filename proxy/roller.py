@@ -1,7 +1,9 @@
 """Roll closed spool segments into Parquet parts; trim a segment only once its part is durable.
 
-The part's name derives from the segment's, so a roll interrupted after the rename but before the
-unlink is finished by the next roll without writing the calls twice.
+The part's name derives from the segment's, so a roll interrupted after the rename but before the unlink is
+finished by the next roll without writing the calls twice. A damaged frame (torn by a crash mid-write, or
+corrupted on disk) is skipped and the roll carries on with the next good one: a frame is only acknowledged
+after its fsync, so a torn one was never acknowledged to a client.
 """
 
 from __future__ import annotations
@@ -9,14 +11,21 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from proxy.parquet import write_part
-from proxy.record import Call, decode_stream
+from proxy import frames
+from proxy.part import PartWriter, remove_stale
+from proxy.record import Call, from_frame
 from proxy.spool import SEGMENT_SUFFIX
 
 log = logging.getLogger(__name__)
+# Responses up to this size are read into memory when a segment rolls; larger ones are streamed from it.
+INLINE_MAX = 256 << 10
+# A segment is rolled this many bytes of calls at a time (one row group each), so the roller's memory does
+# not grow with the segment.
+BATCH_BYTES = 16 << 20
 
 
 def part_name(segment: Path) -> str:
@@ -32,7 +41,7 @@ def roll_segment(segment: Path, calls_dir: Path, prepare: Prepare | None = None)
         fd = os.open(segment, os.O_RDONLY)
     except FileNotFoundError:
         return None
-    try:
+    with os.fdopen(fd, "rb", buffering=0) as f:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,33 +51,68 @@ def roll_segment(segment: Path, calls_dir: Path, prepare: Prepare | None = None)
                 return None
         except FileNotFoundError:
             return None  # another roller finished it while we waited
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read()
-        calls, used = decode_stream(data)
-        if used < len(data):
-            # A torn tail is a write that was never fsync'd, so never acknowledged to a client.
-            log.warning("%s: ignoring %d torn trailing bytes", segment.name, len(data) - used)
-        final = calls_dir / part_name(segment)
-        if calls and not final.exists():
-            if prepare is not None:
-                prepare(calls)
-            write_part(calls, calls_dir, final.name)
+        with PartWriter(calls_dir, part_name(segment)) as part:
+            done = part.final.exists()  # an earlier roll wrote the part but was stopped before the unlink
+            n = 0
+            for batch in _batches(read_segment(segment, f)):
+                n += len(batch)
+                if not done:
+                    if prepare is not None:
+                        prepare(batch)
+                    part.write(batch)
         segment.unlink()
-        return len(calls)
-    finally:
-        os.close(fd)
+        return n
 
 
-def roll_all(spool_dir: Path, calls_dir: Path) -> tuple[int, int]:
+def _batches(calls: Iterable[Call]) -> Iterator[list[Call]]:
+    """Calls in groups of about BATCH_BYTES: a segment is rolled one group (one row group) at a time."""
+    batch: list[Call] = []
+    size = 0
+    for call in calls:
+        batch.append(call)
+        size += len(call.request_body) + len(call.upstream_request_body or b"") + call.response_size
+        if size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def read_segment(segment: Path, f: BinaryIO) -> Iterator[Call]:
+    """The good frames of an open segment as calls (responses over INLINE_MAX left in the file), damage logged."""
+    size = os.fstat(f.fileno()).st_size
+    good = 0
+    for item in frames.scan(f, size, INLINE_MAX):
+        if isinstance(item, frames.Frame):
+            try:
+                call = from_frame(item, f)
+            except (ValueError, TypeError) as exc:  # a frame from an incompatible writer
+                log.warning("%s: frame at %d cannot be read (%s); skipped", segment.name, item.offset, exc)
+                continue
+            good += 1
+            yield call
+        elif item.end == size and not good:
+            log.warning("%s: no readable frame in %d bytes; skipped", segment.name, size)
+        else:
+            kind = "torn trailing" if item.end == size else "damaged"
+            log.warning(
+                "%s: skipping %d %s bytes at offset %d",
+                segment.name,
+                item.end - item.offset,
+                kind,
+                item.offset,
+            )
+
+
+def roll_all(spool_dir: Path, calls_dir: Path, prepare: Prepare | None = None) -> tuple[int, int]:
     """Roll every segment no live process holds. Returns (segments rolled, calls written)."""
     segments = rolled = 0
     if not spool_dir.exists():
         return 0, 0
     for seg in sorted(spool_dir.glob(f"*{SEGMENT_SUFFIX}")):
-        n = roll_segment(seg, calls_dir)
+        n = roll_segment(seg, calls_dir, prepare)
         if n is not None:
             segments += 1
             rolled += n
-    for stale in calls_dir.glob(".part-*.tmp") if calls_dir.exists() else []:
-        stale.unlink(missing_ok=True)  # left by a roller killed mid-write; its segment is still there
+    remove_stale(calls_dir)
     return segments, rolled

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Protocol
 
 from proxy.record import Call
 from proxy.roller import Prepare, roll_all, roll_segment
-from proxy.spool import SpoolWriter
+from proxy.spool import Health, SpoolWriter
 
 log = logging.getLogger(__name__)
+_FIRST_RETRY_S = 1.0
 
 
 class CallSink(Protocol):
@@ -29,13 +30,23 @@ class CallSink(Protocol):
     @property
     def depth(self) -> int: ...
 
+    @property
+    def health(self) -> Health:
+        """Whether calls can be recorded now, and why not."""
 
-async def durable(fut: concurrent.futures.Future[None]) -> None:
-    await asyncio.wrap_future(fut)
+    @property
+    def spill_dir(self) -> Path | None:
+        """Where a large response may spill while it is relayed (None: kept in memory)."""
+
+    def report(self, exc: OSError) -> None:
+        """A write for a call (a spill) failed."""
 
 
 class MemorySink:
     """Keeps calls in a list: for unit tests of the relay."""
+
+    health = Health(True)
+    spill_dir = None
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
@@ -49,6 +60,9 @@ class MemorySink:
     def close(self) -> None:
         pass
 
+    def report(self, exc: OSError) -> None:
+        pass
+
     @property
     def written(self) -> int:
         return len(self.calls)
@@ -59,7 +73,11 @@ class MemorySink:
 
 
 class SpoolSink:
-    """fsync'd spool + a roller thread that turns closed segments into Parquet parts."""
+    """fsync'd spool + a roller thread that turns closed segments into Parquet parts.
+
+    A roll that fails (no space for the part, a bug in assembling one call) is retried with exponential
+    backoff up to `retry_max_s` for as long as the proxy runs; whatever is left at exit stays in the spool
+    for the next start or `proxy roll`."""
 
     def __init__(
         self,
@@ -70,13 +88,18 @@ class SpoolSink:
         max_records: int,
         max_bytes: int,
         max_age_s: float,
+        min_free_bytes: int = 0,
+        retry_max_s: float = 60.0,
         prepare: Prepare | None = None,
     ) -> None:
         self._prepare = prepare
         self._spool_dir, self._calls_dir = spool_dir, calls_dir
+        self._retry_max = retry_max_s
         self._closed: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._written = self._rolled = 0
+        self.roll_failures = 0
+        self._pending: dict[Path, tuple[float, float]] = {}  # segment -> (next attempt, delay)
         self._writer = SpoolWriter(
             spool_dir,
             proxy_id,
@@ -84,13 +107,33 @@ class SpoolSink:
             max_records=max_records,
             max_bytes=max_bytes,
             max_age_s=max_age_s,
+            min_free_bytes=min_free_bytes,
         )
         self._roller = threading.Thread(target=self._roll_loop, name="spool-roller", daemon=True)
 
+    @property
+    def spill_dir(self) -> Path:
+        return self._spool_dir
+
+    @property
+    def health(self) -> Health:
+        return self._writer.health
+
+    @property
+    def roll_pending(self) -> int:
+        return len(self._pending)
+
+    def report(self, exc: OSError) -> None:
+        self._writer.report(exc)
+
     def start(self) -> None:
-        segments, calls = roll_all(self._spool_dir, self._calls_dir)
-        if segments:
-            log.info("rolled %d calls left in %d spool segments by an earlier process", calls, segments)
+        try:
+            segments, calls = roll_all(self._spool_dir, self._calls_dir, self._prepare)
+        except Exception:  # what an earlier process left must not stop this one from serving
+            log.exception("rolling segments left by an earlier process failed; they stay in the spool")
+        else:
+            if segments:
+                log.info("rolled %d calls left in %d spool segments by an earlier process", calls, segments)
         self._writer.start()
         self._roller.start()
 
@@ -110,12 +153,33 @@ class SpoolSink:
         self._roller.join()
 
     def _roll_loop(self) -> None:
-        while (segment := self._closed.get()) is not None:
+        while True:
+            due = min((t for t, _ in self._pending.values()), default=None)
+            wait = None if due is None else max(0.0, due - time.monotonic())
+            try:
+                segment = self._closed.get(timeout=wait)
+            except queue.Empty:
+                segment = _NOTHING
+            if segment is None:  # closing: one last try for everything, then leave the rest in the spool
+                self._roll_due(force=True)
+                return
+            if segment is not _NOTHING:
+                self._pending[segment] = (0.0, _FIRST_RETRY_S)
+            self._roll_due(force=False)
+
+    def _roll_due(self, *, force: bool) -> None:
+        now = time.monotonic()
+        for segment, (due, delay) in sorted(self._pending.items()):
+            if due > now and not force:
+                continue
             try:
                 n = roll_segment(segment, self._calls_dir, self._prepare)
-            except Exception:  # keep the segment; `proxy roll` or the next start retries it
-                log.exception("rolling %s failed", segment)
+            except Exception:
+                self.roll_failures += 1
+                self._pending[segment] = (time.monotonic() + delay, min(delay * 2, self._retry_max))
+                log.exception("rolling %s failed; retrying in %.0f s", segment.name, delay)
                 continue
+            del self._pending[segment]
             with self._lock:
                 self._rolled += n or 0
 
@@ -126,3 +190,6 @@ class SpoolSink:
     @property
     def depth(self) -> int:
         return self._written - self._rolled
+
+
+_NOTHING = Path("/nonexistent")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,19 +21,25 @@ class Assembled:
     errors: list[str] = field(default_factory=list)
 
 
-def assemble(api: str, data: bytes, is_stream: bool) -> Assembled:
+def assemble(api: str, data: bytes | Iterable[bytes], is_stream: bool) -> Assembled:
+    """`data` is the whole body, or (a stream) its pieces in order: assembly is linear in the events and never
+    needs the stream in one piece."""
     if not is_stream:
+        raw = data if isinstance(data, bytes) else b"".join(data)
         try:
-            body = json.loads(data) if data else None
-        except ValueError:
+            body = json.loads(raw) if raw else None
+        except (ValueError, RecursionError):
             return Assembled(errors=["response body is not JSON"])
         return summarize(api, body if isinstance(body, dict) else None)
+    events = sse.iter_json_events([data] if isinstance(data, bytes) else data)
     if api == "anthropic_messages":
-        return summarize(api, _anthropic_stream(data))
+        return summarize(api, _anthropic_stream(events))
     if api == "openai_responses":
-        return summarize(api, _responses_stream(data))
+        return summarize(api, _responses_stream(events))
     if api in ("openai_chat", "openai_completions"):
-        return summarize(api, _chat_stream(data))
+        return summarize(api, _chat_stream(events))
+    for _ in events:  # drain: an unknown API's stream is still read (and its errors counted) once
+        pass
     return Assembled()
 
 
@@ -68,10 +75,35 @@ def _sum_ints(d: dict[str, Any], *keys: str) -> int | None:
     return sum(vals) if vals else None
 
 
-def _anthropic_stream(data: bytes) -> dict[str, Any] | None:
+class _Parts:
+    """Text that arrives in deltas, kept as lists and joined once at the end (a `+=` per delta on a dict
+    value copies the whole text each time: quadratic in the deltas)."""
+
+    def __init__(self) -> None:
+        self._parts: dict[tuple[Hashable, str], tuple[dict[str, Any], list[str]]] = {}
+
+    def add(self, idx: Hashable, target: dict[str, Any], key: str, text: Any) -> None:
+        if isinstance(text, str):
+            self._parts.setdefault((idx, key), (target, []))[1].append(text)
+
+    def take(self, idx: Hashable, key: str) -> str | None:
+        entry = self._parts.pop((idx, key), None)
+        return "".join(entry[1]) if entry else None
+
+    def drop(self, idx: Hashable) -> None:
+        for k in [k for k in self._parts if k[0] == idx]:
+            del self._parts[k]
+
+    def join_into_targets(self) -> None:
+        for (_, key), (target, parts) in self._parts.items():
+            target[key] = (target.get(key) or "") + "".join(parts)
+        self._parts.clear()
+
+
+def _anthropic_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     msg: dict[str, Any] | None = None
-    partial: dict[int, str] = {}
-    for ev in sse.json_events(data):
+    parts = _Parts()
+    for ev in events:
         kind = ev.get("type")
         if kind == "message_start":
             msg = dict(ev.get("message") or {})
@@ -83,44 +115,45 @@ def _anthropic_stream(data: bytes) -> dict[str, Any] | None:
             idx = ev.get("index", len(msg["content"]))
             while len(msg["content"]) <= idx:
                 msg["content"].append({})
+            parts.drop(idx)
             msg["content"][idx] = block
         elif kind == "content_block_delta":
-            _apply_anthropic_delta(msg["content"][ev.get("index", -1)], ev.get("delta") or {}, partial, ev)
+            idx = ev.get("index", -1)
+            _apply_anthropic_delta(msg["content"][idx], ev.get("delta") or {}, parts, idx)
         elif kind == "content_block_stop":
             idx = ev.get("index", -1)
-            if idx in partial:
+            partial = parts.take(idx, "partial_json")
+            if partial is not None:
                 try:
-                    msg["content"][idx]["input"] = json.loads(partial.pop(idx) or "{}")
-                except ValueError:
-                    msg["content"][idx]["input_unparsed"] = partial.pop(idx, "")
+                    msg["content"][idx]["input"] = json.loads(partial or "{}")
+                except (ValueError, RecursionError):
+                    msg["content"][idx]["input_unparsed"] = partial
         elif kind == "message_delta":
             msg.update({k: v for k, v in (ev.get("delta") or {}).items()})
             # Streamed usage is cumulative: later values replace earlier ones, never add.
             msg["usage"] = {**(msg.get("usage") or {}), **(ev.get("usage") or {})}
         elif kind == "error":
             msg["error"] = ev.get("error")
+    parts.join_into_targets()
     return msg
 
 
-def _apply_anthropic_delta(
-    block: dict[str, Any], delta: dict[str, Any], partial: dict[int, str], ev: dict[str, Any]
-) -> None:
+def _apply_anthropic_delta(block: dict[str, Any], delta: dict[str, Any], parts: _Parts, idx: int) -> None:
     kind = delta.get("type")
     if kind == "text_delta":
-        block["text"] = block.get("text", "") + delta.get("text", "")
+        parts.add(idx, block, "text", delta.get("text", ""))
     elif kind == "input_json_delta":
-        idx = ev.get("index", -1)
-        partial[idx] = partial.get(idx, "") + delta.get("partial_json", "")
+        parts.add(idx, {}, "partial_json", delta.get("partial_json", ""))
     elif kind == "thinking_delta":
-        block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+        parts.add(idx, block, "thinking", delta.get("thinking", ""))
     elif kind == "signature_delta":
-        block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        parts.add(idx, block, "signature", delta.get("signature", ""))
 
 
-def _responses_stream(data: bytes) -> dict[str, Any] | None:
+def _responses_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     final: dict[str, Any] | None = None
     items: dict[int, dict[str, Any]] = {}
-    for ev in sse.json_events(data):
+    for ev in events:
         kind = ev.get("type")
         starting = kind in ("response.created", "response.in_progress") and final is None
         if starting or kind in ("response.completed", "response.incomplete", "response.failed"):
@@ -134,10 +167,10 @@ def _responses_stream(data: bytes) -> dict[str, Any] | None:
     return final
 
 
-def _chat_stream(data: bytes) -> dict[str, Any] | None:
+def _chat_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     out: dict[str, Any] | None = None
-    choices: dict[int, dict[str, Any]] = {}
-    for chunk in sse.json_events(data):
+    choices: dict[int, tuple[dict[str, Any], _Parts]] = {}
+    for chunk in events:
         if out is None:
             out = {k: chunk.get(k) for k in ("id", "created", "model") if k in chunk}
             out["object"] = (
@@ -150,36 +183,40 @@ def _chat_stream(data: bytes) -> dict[str, Any] | None:
         if chunk.get("error"):
             out["error"] = chunk["error"]
         for ch in chunk.get("choices") or []:
-            _merge_chat_choice(choices.setdefault(int(ch.get("index", 0)), {"index": ch.get("index", 0)}), ch)
+            index = int(ch.get("index", 0))
+            acc, parts = choices.setdefault(index, ({"index": ch.get("index", 0)}, _Parts()))
+            _merge_chat_choice(acc, ch, parts)
     if out is not None:
-        out["choices"] = [_finish_choice(choices[i]) for i in sorted(choices)]
+        out["choices"] = [_finish_choice(*choices[i]) for i in sorted(choices)]
     return out
 
 
-def _merge_chat_choice(acc: dict[str, Any], ch: dict[str, Any]) -> None:
+def _merge_chat_choice(acc: dict[str, Any], ch: dict[str, Any], parts: _Parts) -> None:
     if ch.get("finish_reason"):
         acc["finish_reason"] = ch["finish_reason"]
     if ch.get("token_ids"):
         acc.setdefault("token_ids", []).extend(ch["token_ids"])
     if "text" in ch:  # legacy completions
-        acc["text"] = acc.get("text", "") + (ch.get("text") or "")
+        parts.add("choice", acc, "text", ch.get("text") or "")
     delta = ch.get("delta") or {}
     msg = acc.setdefault("message", {"role": "assistant"})
     for key in ("content", "reasoning_content", "reasoning"):
         if delta.get(key):
-            msg[key] = (msg.get(key) or "") + delta[key]
+            parts.add("message", msg, key, delta[key])
     for tc in delta.get("tool_calls") or []:
         calls = msg.setdefault("tool_calls", {})
-        slot = calls.setdefault(int(tc.get("index", 0)), {"type": "function", "function": {"arguments": ""}})
+        n = int(tc.get("index", 0))
+        slot = calls.setdefault(n, {"type": "function", "function": {"arguments": ""}})
         if tc.get("id"):
             slot["id"] = tc["id"]
         fn = tc.get("function") or {}
         if fn.get("name"):
             slot["function"]["name"] = fn["name"]
-        slot["function"]["arguments"] += fn.get("arguments") or ""
+        parts.add(("tool", n), slot["function"], "arguments", fn.get("arguments") or "")
 
 
-def _finish_choice(acc: dict[str, Any]) -> dict[str, Any]:
+def _finish_choice(acc: dict[str, Any], parts: _Parts) -> dict[str, Any]:
+    parts.join_into_targets()
     msg = acc.get("message")
     if msg is not None and isinstance(msg.get("tool_calls"), dict):
         msg["tool_calls"] = [msg["tool_calls"][i] for i in sorted(msg["tool_calls"])]

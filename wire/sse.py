@@ -8,6 +8,7 @@ names its own kind in its data.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 DONE: Final = "[DONE]"
@@ -16,32 +17,40 @@ DONE: Final = "[DONE]"
 class SSEDecoder:
     """Feed raw upstream bytes in whatever pieces the network gives; get back each event's payload:
     a dict for a JSON object, or `DONE` for `data: [DONE]`. Comments and malformed payloads are skipped
-    (counted in `malformed`)."""
+    (counted in `malformed`). Linear in the bytes fed, however they are cut: each piece is split once, and
+    a line that spans pieces is joined once, when its end arrives."""
 
-    __slots__ = ("_buf", "_data", "malformed")
+    __slots__ = ("_data", "_pending", "malformed")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._pending: list[bytes] = []  # the pieces of a line whose end has not arrived
         self._data: list[bytes] = []
         self.malformed = 0
 
     def feed(self, raw: bytes) -> list[dict[str, Any] | str]:
-        self._buf += raw
         out: list[dict[str, Any] | str] = []
-        while True:
-            cut = self._buf.find(b"\n")
-            if cut < 0:
-                return out
-            line = self._buf[:cut].rstrip(b"\r")
-            self._buf = self._buf[cut + 1 :]
-            self._line(line, out)
+        lines = raw.split(b"\n")
+        if len(lines) == 1:
+            if raw:
+                self._pending.append(raw)
+            return out
+        if self._pending:
+            self._pending.append(lines[0])
+            lines[0] = b"".join(self._pending)
+            self._pending = []
+        tail = lines.pop()
+        if tail:
+            self._pending.append(tail)
+        for line in lines:
+            self._line(line.rstrip(b"\r"), out)
+        return out
 
     def flush(self) -> list[dict[str, Any] | str]:
         """End of stream: whatever was pending is dispatched."""
         out: list[dict[str, Any] | str] = []
-        if self._buf:
-            self._line(self._buf.rstrip(b"\r"), out)
-            self._buf = b""
+        if self._pending:
+            self._line(b"".join(self._pending).rstrip(b"\r"), out)
+            self._pending = []
         self._dispatch(out)
         return out
 
@@ -73,6 +82,16 @@ class SSEDecoder:
 
 def json_events(raw: bytes) -> list[dict[str, Any]]:
     """Every JSON-object payload of a whole recorded stream (`[DONE]` and malformed ones skipped)."""
+    return list(iter_json_events([raw]))
+
+
+def iter_json_events(pieces: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """`json_events` over a stream given in pieces (read from disk block by block), never held whole."""
     decoder = SSEDecoder()
-    items = decoder.feed(raw) + decoder.flush()
-    return [item for item in items if isinstance(item, dict)]
+    for piece in pieces:
+        for item in decoder.feed(piece):
+            if isinstance(item, dict):
+                yield item
+    for item in decoder.flush():
+        if isinstance(item, dict):
+            yield item

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -27,6 +29,18 @@ async def proxied(handler: Handler, **settings: Any) -> AsyncIterator[tuple[http
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy.test") as client:
             yield client, sink
+
+
+@contextlib.asynccontextmanager
+async def proxied_app(
+    handler: Handler | httpx.AsyncBaseTransport, sink: Any = None, **settings: Any
+) -> AsyncIterator[Any]:
+    """The proxy app itself (lifespan running), for tests that speak ASGI to it (tests/proxy/asgi_client.py)."""
+    cfg = ProxySettings(upstream="http://upstream.test", **settings)
+    transport = handler if isinstance(handler, httpx.AsyncBaseTransport) else httpx.MockTransport(handler)
+    app = create_app(cfg, sink=sink if sink is not None else MemorySink(), transport=transport)
+    async with app.router.lifespan_context(app):
+        yield app
 
 
 @pytest.fixture
@@ -60,3 +74,37 @@ def reply(
     raw = json.dumps(body).encode() if isinstance(body, dict) else body
     hdrs = {"content-type": content_type, **{k.replace("_", "-"): v for k, v in headers.items()}}
     return httpx.Response(status, stream=Chunks(raw), headers=hdrs)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 3 MiB tmpfs, mounted for the test and unmounted after it (the full-disk cases). Skipped, saying
+    why, only where this process may not mount (not root, no CAP_SYS_ADMIN)."""
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a 3 MiB tmpfs for the full-disk case: {done.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(directory, leave: int = 0) -> None:
+    """Fill the file system of `directory` to the brim (or up to `leave` bytes free)."""
+    fd = os.open(f"{directory}/filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        block = b"\0" * (1 << 16)
+        while True:
+            st = os.statvfs(directory)
+            free = st.f_bavail * st.f_frsize - leave
+            if leave and free <= 0:
+                break
+            os.write(fd, block[: max(1, min(len(block), free))] if leave else block)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
