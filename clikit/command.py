@@ -92,9 +92,10 @@ def _parameters(model: type[BaseModel], exclude: Iterable[str]) -> list[inspect.
 
 def _from_env_list(value: list[Any] | tuple[Any, ...]) -> list[Any]:
     """A repeatable option from the environment arrives as one string: accept JSON (`'["a","b"]'`)."""
-    if len(value) == 1 and isinstance(value[0], str) and value[0].lstrip().startswith("["):
+    # click splits an environment value on whitespace, so a JSON list with spaces arrives in pieces.
+    if value and isinstance(value[0], str) and value[0].lstrip().startswith("["):
         try:
-            decoded = json.loads(value[0])
+            decoded = json.loads(" ".join(value))
         except ValueError:
             return list(value)
         return decoded if isinstance(decoded, list) else list(value)

@@ -63,7 +63,7 @@ def test_command_line_lists_flags_and_choices() -> None:
 
 def test_environment_is_read_and_named() -> None:
     code, out = _run(
-        ["--upstream", "http://x"], env={"CLIKIT_DEMO_PORT": "9", "CLIKIT_DEMO_KEYS": '["k1","k2"]'}
+        ["--upstream", "http://x"], env={"CLIKIT_DEMO_PORT": "9", "CLIKIT_DEMO_KEYS": '["k1", "k2"]'}
     )
     assert code == 0, out
     settings = seen[0][0]
