@@ -13,6 +13,7 @@ from wire.common import (
     Translated,
     finish_request,
     int_or_zero,
+    set_parameters,
 )
 
 # Top-level fields handled below; anything else is reported as dropped.
@@ -140,9 +141,7 @@ def _convert_tools(body: Mapping[str, Any], chat: JSON, notes: Notes) -> None:
         function: JSON = {"name": tool.get("name") or ""}
         if tool.get("description") is not None:
             function["description"] = tool["description"]
-        function["parameters"] = tool.get("input_schema") or {"type": "object", "properties": {}}
-        if tool.get("strict") is not None:
-            function["strict"] = tool["strict"]
+        set_parameters(function, tool.get("input_schema"), tool.get("strict"))
         for key in tool:
             if key in ("type", "name", "description", "input_schema", "strict", "defer_loading"):
                 continue

@@ -15,7 +15,7 @@ from wire.common import (
     parse_arguments,
     sse_event,
 )
-from wire.stream_base import ChatStreamTranslator
+from wire.stream_base import ChatStreamTranslator, tool_fragment
 
 
 class AnthropicStreamTranslator(ChatStreamTranslator):
@@ -172,10 +172,7 @@ class AnthropicStreamTranslator(ChatStreamTranslator):
         )
 
     def _tool_delta(self, call: Mapping[str, Any], position: int, out: list[bytes]) -> None:
-        index = call.get("index", position)
-        function = call.get("function") or {}
-        fragment = function.get("arguments") if isinstance(function, Mapping) else None
-        fragment = fragment if isinstance(fragment, str) else ""
+        index, fragment = tool_fragment(call, position)
         if index in self._tool_block:
             block = self._tool_block[index]
             if block != self._open:

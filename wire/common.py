@@ -286,3 +286,10 @@ def finish_request(
         if key not in handled:
             notes.drop(key, dropped_top.get(key, "field unknown to the translation; not sent upstream"))
     return Translated(chat, notes.result())
+
+
+def set_parameters(function: JSON, schema: Any, strict: Any) -> None:
+    """A Chat function's `parameters` (an empty object schema when the tool has none) and `strict`."""
+    function["parameters"] = schema or {"type": "object", "properties": {}}
+    if strict is not None:
+        function["strict"] = strict

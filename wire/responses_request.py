@@ -12,6 +12,7 @@ from wire.common import (
     Translated,
     finish_request,
     merge_leading_system,
+    set_parameters,
 )
 from wire.responses_items import ItemBuilder
 from wire.responses_tools import (
@@ -174,9 +175,7 @@ def _function_tool(tool: Mapping[str, Any], name: str, path: str, notes: Notes) 
         if "format" in tool:
             notes.drop(f"{path}(type=custom).format", "grammar-constrained input has no Chat equivalent")
     else:
-        function["parameters"] = tool.get("parameters") or {"type": "object", "properties": {}}
-        if tool.get("strict") is not None:
-            function["strict"] = tool["strict"]
+        set_parameters(function, tool.get("parameters"), tool.get("strict"))
     for key in tool:
         if key in ("type", "name", "description", "parameters", "strict", "format"):
             continue

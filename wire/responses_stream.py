@@ -23,7 +23,7 @@ from wire.responses_response import (
     tool_call_item,
 )
 from wire.responses_tools import responses_tool_map
-from wire.stream_base import ChatStreamTranslator
+from wire.stream_base import ChatStreamTranslator, tool_fragment
 
 
 class _Item:
@@ -227,10 +227,7 @@ class ResponsesStreamTranslator(ChatStreamTranslator):
             )
 
     def _tool_delta(self, call: Mapping[str, Any], position: int, out: list[bytes]) -> None:
-        index = call.get("index", position)
-        function = call.get("function") or {}
-        fragment = function.get("arguments") if isinstance(function, Mapping) else None
-        fragment = fragment if isinstance(fragment, str) else ""
+        index, fragment = tool_fragment(call, position)
         if index in self._tool_items:
             item = self._tool_items[index]
             if item is not self._open:

@@ -11,6 +11,13 @@ from wire.sse import DONE, SSEDecoder
 from wire.token_ids import TokenIdCollector
 
 
+def tool_fragment(call: Mapping[str, Any], position: int) -> tuple[int, str]:
+    """(the tool call's index, the argument text this chunk carries) of one `delta.tool_calls` entry."""
+    function = call.get("function") or {}
+    fragment = function.get("arguments") if isinstance(function, Mapping) else None
+    return call.get("index", position), fragment if isinstance(fragment, str) else ""
+
+
 class ChatStreamTranslator:
     # the subclass's names for a reasoning block and an answer-text block
     REASONING = "reasoning"
