@@ -85,6 +85,7 @@ class NodeProxy:
             "DFLASH_UPLOAD_BACKOFF_MAX_S": str(opts["upload_backoff_max_s"]),
         }
         tag = self.node_id[:12]
+        self._upload_env = {**env, **upload_env}
         self.proxy = self._start(
             [sys.executable, "-m", "proxy", "serve"], {**env, **proxy_env}, f"proxy-{tag}"
         )
@@ -130,12 +131,21 @@ class NodeProxy:
                     proc.kill()
                     proc.wait()
             codes[name] = proc.returncode
-        left = (
-            sorted(p.name for p in (self.dir / "calls").glob("*.parquet"))
-            if (self.dir / "calls").exists()
-            else []
-        )
+        left = self._parts_left()
+        if left:
+            # The proxy's last roll can land just after the uploader's final sweep (both end on the same
+            # signal when the actor's parent dies): one more pass, in the foreground, before reporting.
+            once = [sys.executable, "-m", "proxy.uploader", "--once"]
+            log = self.dir / "logs" / f"up-{self.node_id[:12]}.log"
+            with log.open("ab") as out, contextlib.suppress(subprocess.TimeoutExpired):
+                subprocess.run(once, env=self._upload_env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s,
+                               check=False)  # fmt: skip
+            left = self._parts_left()
         return {"node": self.node_id, "exit": codes, "parts_left": left, "logs": self._upload_logs()}
+
+    def _parts_left(self) -> list[str]:
+        calls = self.dir / "calls"
+        return sorted(p.name for p in calls.glob("*.parquet")) if calls.exists() else []
 
     def _upload_logs(self) -> list[str]:
         """This node's proxy and uploader logs, to STORE/logs/<node>/ (best effort: they stay on disk)."""
