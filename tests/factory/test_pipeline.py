@@ -5,42 +5,20 @@ plan → scripted sessions making real calls through the proxy → roll → expo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
-import pytest
 from rich.console import Console
 from sqlalchemy import select
 
 from factory.db import Issue, Repo, Translation, connect, default_url, session_factory
-from factory.harvest import HarvestOptions, free_port, run_harvest
+from factory.harvest import HarvestOptions, run_harvest
 from factory.ingest import sample
 from records.io import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def upstream():
-    port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "tests.fakes.scripted_upstream", "--port", str(port)], cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield url
-    p.terminate()
-    p.wait(10)
-
-
-def test_harvest_with_scripted_sessions(tmp_path, upstream, monkeypatch):
+def test_harvest_with_scripted_sessions(tmp_path, scripted_upstream, monkeypatch):
     data = tmp_path / "data"
     sessions = session_factory(connect(default_url(data)))
     sample.install(sessions, data / "sample-repos")
@@ -52,7 +30,7 @@ def test_harvest_with_scripted_sessions(tmp_path, upstream, monkeypatch):
                     created_at="2024-05-01T00:00:00Z", updated_at="2024-05-01T00:00:00Z", base_commit=base))  # fmt: skip
 
     opts = HarvestOptions(
-        data_dir=data, target_url=upstream, runner="fake", limit=6, concurrency=2, held_out=0.0
+        data_dir=data, target_url=scripted_upstream, runner="fake", limit=6, concurrency=2, held_out=0.0
     )
     with (tmp_path / "console.txt").open("w") as fh:
         summary = run_harvest(opts, Console(file=fh, width=120))

@@ -7,7 +7,6 @@ the export as a stale attempt)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -37,27 +36,6 @@ CALL = (
 )
 
 
-@pytest.fixture(scope="module")
-def docker_client():  # type: ignore[no-untyped-def]
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # any failure to reach the engine
-        if os.environ.get("CI"):
-            pytest.fail(f"no Docker engine in CI (make docker starts one): {exc}")
-        pytest.skip(f"no Docker engine answers (run `make docker`): {exc}")
-    return client
-
-
-@pytest.fixture(scope="module")
-def image(docker_client) -> str:  # type: ignore[no-untyped-def]
-    from sandboxes.config import SandboxSettings
-    from sandboxes.images.build import build_agents
-
-    return build_agents(docker_client, SandboxSettings(), log=lambda _: None)
-
-
 def firewall_rules() -> str:
     return subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True).stdout
 
@@ -65,9 +43,11 @@ def firewall_rules() -> str:
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.parametrize("group", [True, False], ids=["kill-group", "kill-runner-and-watcher"])
-def test_killed_harvest_leaves_no_sandbox_behind(tmp_path, docker_client, image, scripted_upstream, group):
+def test_killed_harvest_leaves_no_sandbox_behind(
+    tmp_path, docker_client, agents_image, scripted_upstream, group
+):
     data, port = tmp_path / "data", free_port()
-    common = ("--target-url", scripted_upstream, "--runner", "sandbox", "--image", image)
+    common = ("--target-url", scripted_upstream, "--runner", "sandbox", "--image", agents_image)
     first = harvest(data, *common, "--proxy-port", str(port), "--sandbox-command", f"{CALL}; sleep 300")
     wait_for("the first run's ledger", lambda: ledger(data), timeout_s=60)
     run_id = str(ledger(data)["run_id"])  # type: ignore[index]

@@ -16,27 +16,6 @@ FUTURE_FILE = "FUTURE_FIX.txt"
 
 
 @pytest.fixture(scope="session")
-def docker_client():  # type: ignore[no-untyped-def]
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env()
-        client.ping()
-    except Exception as exc:  # any failure to reach the engine
-        if os.environ.get("CI"):
-            pytest.fail(f"no Docker engine in CI (make docker starts one): {exc}")
-        pytest.skip(f"no Docker engine answers (run `make docker`): {exc}")
-    return client
-
-
-@pytest.fixture(scope="session")
-def agents_image(docker_client) -> str:  # type: ignore[no-untyped-def]
-    from sandboxes.config import SandboxSettings
-    from sandboxes.images.build import build_agents
-
-    return build_agents(docker_client, SandboxSettings(), log=lambda _: None)
-
-
-@pytest.fixture(scope="session")
 def upstream_url() -> Iterator[str]:
     """The scripted target (a GPU vLLM cannot run here): one shell tool call creating AGENT_PROOF.txt, then text."""
     port = free_port()
