@@ -138,6 +138,10 @@ class Generation:
             "usage": usage(prompt_ids, token_ids),
         }
 
+    def _chunk_base(self, rid: str, obj: str) -> dict[str, Any]:
+        """The fields every streamed chunk of one response repeats."""
+        return {"id": rid, "object": obj, "created": int(time.time()), "model": self.frontend.model_name}
+
     async def _chat_chunks(
         self,
         rid: str,
@@ -146,12 +150,7 @@ class Generation:
         params: SamplingParams,
         output: OutputStream,
     ) -> AsyncGenerator[dict[str, Any], None]:
-        base = {
-            "id": rid,
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": self.frontend.model_name,
-        }
+        base = self._chunk_base(rid, "chat.completion.chunk")
         first: dict[str, Any] = {
             **base,
             "choices": [
@@ -193,12 +192,7 @@ class Generation:
         params: SamplingParams,
         output: OutputStream,
     ) -> AsyncGenerator[dict[str, Any], None]:
-        base = {
-            "id": rid,
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.frontend.model_name,
-        }
+        base = self._chunk_base(rid, "text_completion")
         sent_prompt = False
         async with contextlib.aclosing(self._run(prompt_ids, params, output)) as run:
             async for token_ids, delta, finish, stop_reason in run:
