@@ -19,6 +19,7 @@ from trainer.checkpoint import Position
 from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.objective import StepOutput, dflash_loss
 from trainer.progress import Meter
 
 
@@ -42,6 +43,34 @@ def frozen_weight(module: nn.Module) -> torch.Tensor:
     weight = module.weight
     assert isinstance(weight, torch.Tensor)
     return weight
+
+
+def step_loss(
+    d: Drafting,
+    target: Target,
+    step: Any,
+    anchors: torch.Tensor,
+    *,
+    block_size: int,
+    weights: Any,
+    flex: bool,
+) -> StepOutput:
+    """The DFlash loss of one packed step (`trainer.packed`) with the target's frozen embedding and head:
+    the one call the training loop and the held-out evaluation share."""
+    return dflash_loss(
+        d.model,
+        taps=step.taps,
+        input_ids=step.input_ids,
+        loss_mask=step.loss_mask,
+        anchors=anchors,
+        embed_weight=frozen_weight(target.embed_tokens),
+        lm_head_weight=frozen_weight(target.lm_head),
+        block_size=block_size,
+        mask_token_id=d.mask_id,
+        weights=weights,
+        flex=flex,
+        layout=step.layout,
+    )
 
 
 def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: int) -> Drafting:

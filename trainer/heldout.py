@@ -19,8 +19,7 @@ from trainer.config import TrainConfig
 from trainer.data import build as data_build
 from trainer.data.units import Unit, pack, session_units
 from trainer.dflash import helpers as H
-from trainer.dflash.objective import dflash_loss
-from trainer.drafting import Drafting, frozen_weight
+from trainer.drafting import Drafting, step_loss
 from trainer.packed import PackedStep, sample_anchors, step_for
 
 MAX_STEPS = 16  # held-out packed steps per evaluation: enough for a stable estimate, cheap next to training
@@ -51,20 +50,7 @@ class HeldOut:
             step = self._cached.get(i) or step_for(cfg, target, units, d.layer_ids, acc.device)
             self._cached[i] = step  # held-out features are reused at every evaluation
             anchors = sample_anchors(step, cfg.anchors, torch.Generator().manual_seed(cfg.seed + i))
-            out = dflash_loss(
-                d.model,
-                taps=step.taps,
-                input_ids=step.input_ids,
-                loss_mask=step.loss_mask,
-                anchors=anchors,
-                embed_weight=frozen_weight(target.embed_tokens),
-                lm_head_weight=frozen_weight(target.lm_head),
-                block_size=b,
-                mask_token_id=d.mask_id,
-                weights=weights,
-                flex=flex,
-                layout=step.layout,
-            )
+            out = step_loss(d, target, step, anchors, block_size=b, weights=weights, flex=flex)
             correct += out.correct
             total += out.total
             loss_sum += out.loss.detach() * out.weight

@@ -39,8 +39,8 @@ from trainer.data import build as data_build
 from trainer.data.build import Sequence as TrainSequence
 from trainer.data.units import Unit, session_units, sharing_report
 from trainer.dflash import helpers as H
-from trainer.dflash.objective import StepOutput, dflash_loss, use_flex_attention
-from trainer.drafting import Drafting, finish, frozen_weight, make_drafting
+from trainer.dflash.objective import StepOutput, use_flex_attention
+from trainer.drafting import Drafting, finish, make_drafting, step_loss
 from trainer.heldout import HeldOut
 from trainer.packed import PackedStep, describe_steps, plan_steps, sample_anchors, step_for
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
@@ -224,20 +224,7 @@ def micro_step(
             cached[pick] = step
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
     anchors = sample_anchors(step, cfg.anchors, gen)
-    out = dflash_loss(
-        d.model,
-        taps=step.taps,
-        input_ids=step.input_ids,
-        loss_mask=step.loss_mask,
-        anchors=anchors,
-        embed_weight=frozen_weight(target.embed_tokens),
-        lm_head_weight=frozen_weight(target.lm_head),
-        block_size=cfg.block_size,
-        mask_token_id=d.mask_id,
-        weights=weights,
-        flex=flex,
-        layout=step.layout,
-    )
+    out = step_loss(d, target, step, anchors, block_size=cfg.block_size, weights=weights, flex=flex)
     if acc.num_processes > 1:  # DDP averages gradients: rescale so each label weighs the same on every rank
         total = acc.reduce(out.weight.clone(), "sum")
         out.loss = out.loss * out.weight * acc.num_processes / total.clamp_min(1e-9)
