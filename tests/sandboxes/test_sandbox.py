@@ -226,6 +226,7 @@ def test_concurrent_sessions_share_one_client(
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda r: run_session(r, docker_client), reqs))
     assert [r.status for r in results] == ["succeeded"] * 4, [(r.reason, r.stderr) for r in results]
+    assert all("+http://" in r.patch for r in results), [(r.session_id, r.patch, r.timings) for r in results]
     urls = {r.patch.split("+http://", 1)[1].split("\n", 1)[0] for r in results}
     assert len(urls) == 4, "each sandbox reaches the proxy through its own network and relay"
     assert leftovers(docker_client, run_id) == NOTHING
