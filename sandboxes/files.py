@@ -1,4 +1,5 @@
-"""Small files put into a sandbox as tar archives (the Engine API's only way in), owned by the agent user."""
+"""Small files put into a sandbox as tar archives (the Engine API's only way in), owned by the agent user,
+and read back out the same way."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import io
 import tarfile
 import time
 from pathlib import PurePosixPath
+from typing import Any
 
 
 def _info(name: str, uid: int, mode: int, size: int = 0, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
@@ -31,3 +33,14 @@ def tar_files(files: dict[str, str], uid: int, *, owned_below: str | None = None
             data = text.encode()
             tar.addfile(_info(path, uid, mode, len(data)), io.BytesIO(data))
     return buf.getvalue()
+
+
+def read_file(container: Any, path: str) -> bytes:
+    """One file's bytes out of a container, through the archive endpoint: a plain HTTP body, unlike an
+    exec's multiplexed stdout, whose tail can go missing when the process exits on a loaded engine."""
+    stream, _ = container.get_archive(path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.extractfile(tar.getmembers()[0])
+        if member is None:
+            raise RuntimeError(f"{path} in the sandbox is not a regular file")
+        return member.read()

@@ -25,7 +25,7 @@ from docker.models.containers import Container
 from sandboxes import cgroups
 from sandboxes.config import SandboxSettings
 from sandboxes.egress import EgressProxy
-from sandboxes.files import tar_files
+from sandboxes.files import read_file, tar_files
 from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
 from sandboxes.relay import TcpRelay
@@ -303,9 +303,13 @@ class Sandbox:
 
     def patch(self) -> bytes:
         """Everything the agent changed against the base commit, binary files included."""
+        # Written to a file and fetched as an archive: the session's product must not depend on an exec
+        # stream (a concurrent session once came back with a patch missing its last file).
+        out = f"/tmp/dflash-patch-{self.base_sha[:12]}"
         res = self.exec(
-            ["sh", "-c", f"git add -A && git diff --cached --binary {self.base_sha}"], timeout=120
+            ["sh", "-c", f"git add -A && git diff --cached --binary {self.base_sha} > {out}"], timeout=120
         )
         if res.exit_code != 0:
             raise RuntimeError(f"collecting the patch failed: {res.stderr.decode()}")
-        return res.stdout
+        assert self.container is not None
+        return read_file(self.container, out)
