@@ -46,6 +46,7 @@ class Repo(Base):
     clone_url: Mapped[str] = mapped_column(String(500))
     default_branch: Mapped[str | None] = mapped_column(String(200))
     setup_hint: Mapped[str | None] = mapped_column(Text)
+    test_command: Mapped[str | None] = mapped_column(Text)  # repos.yaml `test:`; wins over detection
     # ok | missing (404) | error
     status: Mapped[str] = mapped_column(String(20), default="new")
     status_detail: Mapped[str | None] = mapped_column(Text)

@@ -55,12 +55,14 @@ def sync_registry(sessions: sessionmaker[OrmSession], registry: Registry) -> int
                         source="github",
                         clone_url=f"https://github.com/{e.name}.git",
                         setup_hint=e.setup,
+                        test_command=e.test,
                         status="new",
                     )
                 )
                 new += 1
             else:
                 row.language, row.license, row.setup_hint = e.language, e.license, e.setup
+                row.test_command = e.test
     return new
 
 

@@ -91,6 +91,9 @@ class RepoEntry(BaseModel):
     license: str
     issues: dict[str, object] | None = Field(default=None, description="overrides of defaults.issues")
     setup: str | None = Field(default=None, description="hint for the agent: how to install / test")
+    # The command whose outcome a session records before the agent and after its patch; it wins over the
+    # test steps of `setup:` and over detection from the build files (sandboxes/detect.py).
+    test: str | None = Field(default=None, description="the repository's test command (baseline and after)")
 
     @field_validator("name")
     @classmethod
@@ -98,6 +101,13 @@ class RepoEntry(BaseModel):
         if not _NAME.match(v):
             raise ValueError(f"{v!r} is not an owner/repo name")
         return v
+
+    @field_validator("test")
+    @classmethod
+    def _test(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or "\n" in v):
+            raise ValueError("a test command is one non-empty line (join steps with &&)")
+        return v.strip() if v is not None else None
 
     @field_validator("license")
     @classmethod

@@ -54,6 +54,7 @@ class Claimed:
     repo_language: str
     clone_url: str
     setup_hint: str | None
+    test_command: str | None
     base_commit: str
     issue_number: int
     title: str
@@ -124,6 +125,7 @@ def claim(
                 repo_language=repo.language,
                 clone_url=repo.clone_url,
                 setup_hint=repo.setup_hint,
+                test_command=repo.test_command,
                 base_commit=issue.base_commit or "",
                 issue_number=issue.number,
                 title=title,

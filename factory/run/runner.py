@@ -181,6 +181,7 @@ class Runner:
                 proxy_url=self.cfg.proxy_url,
                 setup_hint=c.setup_hint,
                 repo_language=c.repo_language,
+                test_command=c.test_command,
             )
             outcome: SessionOutcome = self.session_runner.run(spec)
         except Exception as exc:  # every failure outside the agent's own run is infrastructure

@@ -25,6 +25,7 @@ class SessionSpec:
     proxy_url: str  # the proxy as the host sees it
     setup_hint: str | None = None  # repos.yaml `setup:` (its trailing test steps become the test command)
     repo_language: str | None = None  # the registry's language: picks the toolchain when build files do not
+    test_command: str | None = None  # repos.yaml `test:`: wins over the hint's test steps and detection
 
 
 @dataclass

@@ -42,6 +42,16 @@ def build_image(log_line: Any = print) -> str:
     return build_agents(docker.from_env(), SandboxSettings(), log=log_line)
 
 
+def session_commands(spec: SessionSpec) -> tuple[str | None, str | None]:
+    """(setup, test) for a session's environment; None leaves it to detection from the build files.
+
+    The test command is repos.yaml's `test:` when given, else the trailing test steps of its `setup:` hint."""
+    from sandboxes.detect import split_hint
+
+    setup, hinted_test = split_hint(spec.setup_hint)
+    return setup, spec.test_command or hinted_test
+
+
 class SandboxSessionRunner:
     def __init__(
         self,
@@ -131,10 +141,9 @@ class SandboxSessionRunner:
         """The session's environment image, test command and egress (issue 14); none for a debug command."""
         if not self.settings.env_images or self.command:
             return {}
-        from sandboxes.detect import split_hint
         from sandboxes.environment import prepare
 
-        setup, test = split_hint(spec.setup_hint)
+        setup, test = session_commands(spec)
         prepared = prepare(
             self._client,
             self.settings,

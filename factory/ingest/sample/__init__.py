@@ -27,6 +27,7 @@ class SampleRepo:
     language: str
     license: str
     setup: str | None
+    test: str | None  # the test command of the baseline/after runs (like repos.yaml's `test:`)
     commits: list[dict[str, Any]]
     issues: list[dict[str, Any]]
 
@@ -36,7 +37,15 @@ def load() -> list[SampleRepo]:
     for f in sorted(HERE.glob("*.yaml")):
         d = yaml.safe_load(f.read_text(encoding="utf-8"))
         out.append(
-            SampleRepo(d["name"], d["language"], d["license"], d.get("setup"), d["commits"], d["issues"])
+            SampleRepo(
+                d["name"],
+                d["language"],
+                d["license"],
+                d.get("setup"),
+                d.get("test"),
+                d["commits"],
+                d["issues"],
+            )
         )
     return out
 
@@ -103,6 +112,7 @@ def install(sessions: sessionmaker[OrmSession], root: Path) -> dict[str, int]:
                     source="sample",
                     clone_url=str(path),
                     setup_hint=sample.setup,
+                    test_command=sample.test,
                     status="ok",
                     default_branch="main",
                 )
@@ -110,6 +120,7 @@ def install(sessions: sessionmaker[OrmSession], root: Path) -> dict[str, int]:
                 s.flush()
                 counts["repos"] += 1
             repo.clone_url = str(path)
+            repo.setup_hint, repo.test_command = sample.setup, sample.test
             known = set(s.scalars(select(Issue.number).where(Issue.repo_id == repo.id)))
             for it in sample.issues:
                 if it["number"] in known:
