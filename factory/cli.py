@@ -18,7 +18,7 @@ from factory import cli_ingest, cli_publish
 from factory.cli_common import DataDir, Db, app, console
 from factory.cli_common import db_sessions as _sessions
 from factory.harvest import HarvestOptions
-from factory.run.runners import RunOptions
+from factory.run.runners import RAY_EGRESS, RunOptions
 
 __all__ = ["app", "cli_ingest", "cli_publish", "main"]  # the stage modules register their commands on `app`
 
@@ -53,6 +53,9 @@ def run(
     ] = None,
 ) -> None:
     """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
+    if ray and settings.egress:
+        console.print(f"[red]error:[/] {RAY_EGRESS}")
+        raise typer.Exit(2)
     if ray:
         # Ray is an optional heavy dependency (the `cluster` extra): imported only when --ray is given.
         from factory.run.ray_runner import run_from_cli
@@ -78,7 +81,7 @@ def run(
     # Many `run` processes may share a data folder (scale-out): no lock, but each reaps the dead ones.
     with run_scope(data_dir, console, sandboxes=uses_sandboxes(settings.runner), exclusive=False) as ledger:
         args = RunnerArgs(model=settings.model, image=settings.image, time_limit_s=settings.session_timeout,
-                          run_id=ledger.record.run_id)  # fmt: skip
+                          run_id=ledger.record.run_id, egress=settings.egress)  # fmt: skip
         r = Runner(sessions, get_runner(settings.runner, args), settings.config(proxy_url, data_dir))
         progress = Progress(console, proxy_url=proxy_url)
         with progress.live():

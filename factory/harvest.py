@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session as OrmSession
@@ -32,7 +32,7 @@ from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import RunnerArgs, SessionRunner
-from factory.run.runners import get_runner, uses_sandboxes
+from factory.run.runners import RAY_EGRESS, EgressOption, get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
 from factory.run.services import ServiceOptions, free_port, services
 from sandboxes.ledger import Ledger
@@ -40,7 +40,7 @@ from sandboxes.ledger import Ledger
 __all__ = ["HarvestOptions", "free_port", "run_harvest"]
 
 
-class HarvestOptions(ServiceOptions):
+class HarvestOptions(ServiceOptions, EgressOption):
     """Every option of `harvest`; the command line is generated from these fields."""
 
     db: str | None = Field(default=None, description="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db).")
@@ -97,6 +97,12 @@ class HarvestOptions(ServiceOptions):
         parse_mix(v, LANGS)
         return v
 
+    @model_validator(mode="after")
+    def _egress_here_only(self) -> HarvestOptions:
+        if self.ray and self.egress:
+            raise ValueError(RAY_EGRESS)
+        return self
+
 
 Sessions = sessionmaker[OrmSession]
 
@@ -131,7 +137,7 @@ def _session_runner(opts: HarvestOptions, model: str, ledger: Ledger, console: C
         ensure_docker()
         image = image or build_image(lambda line: console.print(f"  {line}"))
     args = RunnerArgs(model=model, image=image, time_limit_s=opts.session_timeout,
-                      run_id=ledger.record.run_id, command=opts.sandbox_command)  # fmt: skip
+                      run_id=ledger.record.run_id, command=opts.sandbox_command, egress=opts.egress)  # fmt: skip
     return get_runner(opts.runner, args)
 
 

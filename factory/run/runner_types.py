@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 
 class InfraError(RuntimeError):
@@ -58,3 +58,4 @@ class RunnerArgs:
     time_limit_s: float | None = None  # seconds an agent may run
     run_id: str | None = None  # labels its sandboxes (reaped by this id once the run is dead)
     command: str | None = None  # a shell command to run in each sandbox instead of the agent
+    egress: Literal["none", "registries"] | None = None  # sandbox egress; None: DFLASH_SANDBOX_EGRESS's

@@ -35,7 +35,21 @@ def _run_default(name: str) -> Any:
     return RunConfig.model_fields[name].default
 
 
-class RunOptions(BaseModel):
+# Ray's nodes build their own session runners (factory.run.ray_node), from their own environment.
+RAY_EGRESS = "--egress applies to this host's sandboxes; with --ray set DFLASH_SANDBOX_EGRESS on the nodes"
+
+
+class EgressOption(BaseModel):
+    """The sandboxes' network policy, shared by `run` and `harvest`."""
+
+    egress: Literal["none", "registries"] | None = Field(
+        default=None,
+        description="What a sandbox reaches besides the proxy: none, or registries (PyPI, npm, crates, Go, "
+        "Maven Central, Debian through a squid of its own); unset: DFLASH_SANDBOX_EGRESS, else none.",
+    )
+
+
+class RunOptions(EgressOption):
     """`factory run`'s options; the runner's defaults are RunConfig's own."""
 
     concurrency: int = Field(

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from factory.run.runner_types import InfraError, RunnerArgs, SessionOutcome, SessionSpec
 
@@ -61,12 +61,15 @@ class SandboxSessionRunner:
         time_limit_s: float | None = None,
         run_id: str | None = None,
         command: str | None = None,
+        egress: Literal["none", "registries"] | None = None,
     ) -> None:
         import docker
 
         from sandboxes.config import SandboxSettings
 
-        self.settings = SandboxSettings()
+        # An explicit policy wins over DFLASH_SANDBOX_EGRESS (no os.environ change: other runners keep theirs).
+        settings = SandboxSettings()
+        self.settings = settings.model_copy(update={"egress": egress}) if egress else settings
         self._client = docker.from_env()
         self.image = image
         self.model = model
@@ -83,6 +86,7 @@ class SandboxSessionRunner:
             time_limit_s=args.time_limit_s,
             run_id=args.run_id,
             command=args.command,
+            egress=args.egress,
         )
 
     def _image(self) -> str:
