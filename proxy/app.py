@@ -1,9 +1,10 @@
-"""The proxy's ASGI app: routes, lifespan (upstream clients, sink), health and metrics."""
+"""The proxy's ASGI app: routes, lifespan (upstream clients, sink, the uploader to a store), health and metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,12 +23,13 @@ from proxy.relay import Relay
 from proxy.roller import Prepare
 from proxy.sink import CallSink, SpoolSink
 from proxy.tokenize import TokenizeFiller
+from proxy.uploader import proxy_uploader
 from proxy.upstream import UpstreamClients
 
 log = logging.getLogger(__name__)
 
 
-def spool_sink(settings: ProxySettings) -> SpoolSink:
+def spool_sink(settings: ProxySettings, on_rolled: Callable[[], None] | None = None) -> SpoolSink:
     return SpoolSink(
         settings.spool_dir,
         settings.calls_dir,
@@ -38,6 +40,7 @@ def spool_sink(settings: ProxySettings) -> SpoolSink:
         min_free_bytes=settings.min_free_bytes,
         retry_max_s=settings.roll_retry_max_s,
         prepare=_tokenize_filler(settings) if settings.tokenize_native else None,
+        on_rolled=on_rolled,
     )
 
 
@@ -61,13 +64,19 @@ def create_app(
     exchange: ExchangeFactory | None = None,
 ) -> Starlette:
     """Build the app. `sink` and `transport` are seams for tests (MemorySink, httpx.MockTransport)."""
-    the_sink: CallSink = sink if sink is not None else spool_sink(settings)
-    metrics = ProxyMetrics(the_sink)
+    uploader = proxy_uploader(settings)
+    the_sink: CallSink = (
+        sink if sink is not None else spool_sink(settings, uploader.notify if uploader else None)
+    )
+    metrics = ProxyMetrics(the_sink, uploader)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if isinstance(the_sink, SpoolSink):
-            the_sink.start()
+            the_sink.start()  # rolls what an earlier process left: the uploader's first sweep takes it
+        if uploader is not None:
+            uploader.start()
+            uploader.notify()
         try:
             async with UpstreamClients(settings, transport) as client:
                 app.state.relay = Relay(
@@ -75,7 +84,9 @@ def create_app(
                 )
                 yield
         finally:
-            the_sink.close()
+            the_sink.close()  # the last segment is rolled first, so the final drain uploads it too
+            if uploader is not None:
+                await asyncio.to_thread(uploader.close, settings.upload_drain_s)
 
     async def healthz(request: Request) -> Response:
         health = the_sink.health
@@ -86,6 +97,11 @@ def create_app(
             "recording": {"ok": health.ok, "reason": health.reason, "free_bytes": health.free_bytes},
             "spool_depth": the_sink.depth,
         }
+        if uploader is not None:  # a store that is away is not a health problem: the spool holds the calls
+            st = uploader.stats
+            body["upload"] = {"store": settings.store_url, "uploaded": st.uploaded,
+                              "pending": len(uploader.pending()), "failures": st.failures,
+                              "last_error": st.last_error}  # fmt: skip
         return JSONResponse(body, status_code=200 if health.ok else 503)
 
     async def prom(request: Request) -> Response:
@@ -100,6 +116,7 @@ def create_app(
     app = Starlette(lifespan=lifespan, routes=routes)
     app.state.metrics = metrics
     app.state.sink = the_sink
+    app.state.uploader = uploader
     app.state.settings = settings
     return app
 

@@ -91,6 +91,25 @@ class ProxySettings(BaseSettings):
     segment_max_bytes: int = Field(64 * MiB, gt=0, description="Bytes per spool segment.")
     segment_max_age_s: float = Field(60.0, gt=0, description="A spool segment is rolled after this long.")
     roll_retry_max_s: float = Field(60.0, gt=0, description="Longest wait between retries of a failed roll.")
+    # The object store: the spool stays the durability line, parts are uploaded from DATA_DIR/calls.
+    store_url: str | None = Field(
+        None,
+        description="Also upload each rolled part to this storage URL (s3://bucket/run, gs://…, a folder) as "
+        "STORE_URL/calls/<part>, removing it locally once the store confirmed it; credentials and endpoint "
+        "from the environment (AWS_*, GOOGLE_APPLICATION_CREDENTIALS). Unset: parts stay in DATA_DIR/calls.",
+    )
+    upload_poll_s: float = Field(1.0, gt=0, description="With --store-url: seconds between looks for parts.")
+    upload_backoff_max_s: float = Field(
+        30.0,
+        gt=0,
+        description="With --store-url: longest wait between upload retries while the store is away.",
+    )
+    upload_drain_s: float = Field(
+        30.0,
+        ge=0,
+        description="With --store-url: on shutdown, how long the last uploads may take; parts still local "
+        "then are uploaded by the next start (or `python -m proxy.uploader`).",
+    )
 
     @field_validator("upstream")
     @classmethod
@@ -98,6 +117,16 @@ class ProxySettings(BaseSettings):
         if not v.startswith(("http://", "https://")):
             raise ValueError("upstream must be an http:// or https:// URL")
         return v.rstrip("/")
+
+    @field_validator("store_url")
+    @classmethod
+    def _store_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            # Uploads silently off would leave the calls on this host while the run expects them in the store.
+            raise ValueError(
+                "an empty store URL (an unset shell variable?); give a URL or leave the option out"
+            )
+        return v.strip() if v is not None else None
 
     @field_validator("client_key", mode="before")
     @classmethod

@@ -5,10 +5,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from proxy.sink import CallSink
+from proxy.uploader import Uploader
 
 
 class ProxyMetrics:
-    def __init__(self, sink: CallSink) -> None:
+    def __init__(self, sink: CallSink, uploader: Uploader | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -44,6 +45,21 @@ class ProxyMetrics:
         Gauge(
             "dflash_proxy_roll_pending", "Closed spool segments waiting to be rolled", registry=r
         ).set_function(lambda: getattr(sink, "roll_pending", 0))
+
+        if uploader is not None:
+            self._upload_gauges(uploader)
+
+    def _upload_gauges(self, up: Uploader) -> None:
+        r = self.registry
+        Gauge("dflash_proxy_upload_parts", "Parts the store confirmed (then removed locally)", registry=r
+              ).set_function(lambda: up.stats.uploaded)  # fmt: skip
+        Gauge("dflash_proxy_upload_bytes", "Bytes the store confirmed", registry=r).set_function(
+            lambda: up.stats.bytes
+        )
+        Gauge("dflash_proxy_upload_failures", "Failed upload attempts (each retried)", registry=r
+              ).set_function(lambda: up.stats.failures)  # fmt: skip
+        Gauge("dflash_proxy_upload_pending", "Rolled parts waiting locally for the store", registry=r
+              ).set_function(lambda: len(up.pending()))  # fmt: skip
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

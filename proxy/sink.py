@@ -7,6 +7,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -91,8 +92,10 @@ class SpoolSink:
         min_free_bytes: int = 0,
         retry_max_s: float = 60.0,
         prepare: Prepare | None = None,
+        on_rolled: Callable[[], None] | None = None,
     ) -> None:
         self._prepare = prepare
+        self._on_rolled = on_rolled  # e.g. wake the uploader: a new part is waiting
         self._spool_dir, self._calls_dir = spool_dir, calls_dir
         self._retry_max = retry_max_s
         self._closed: queue.SimpleQueue[Path | None] = queue.SimpleQueue()
@@ -182,6 +185,8 @@ class SpoolSink:
             del self._pending[segment]
             with self._lock:
                 self._rolled += n or 0
+            if n and self._on_rolled is not None:
+                self._on_rolled()
 
     @property
     def written(self) -> int:

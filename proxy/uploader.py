@@ -6,7 +6,11 @@ fsync'd locally, the roller turns segments into parts locally, and this uploader
 stored size read back). An outage of the store never blocks the agents (uploads run on their own
 thread) and never loses a call (the part stays until a later attempt succeeds, with backoff). A part
 uploaded but not yet removed when the process dies is uploaded again under the same name: the object
-is replaced by identical bytes, never duplicated."""
+is replaced by identical bytes, never duplicated.
+
+A proxy with `--store-url` runs one on a thread of its own process (`proxy_uploader`, started and
+drained by the app's lifespan); `python -m proxy.uploader` runs one as a process, for parts left in a
+data dir by a proxy without a store (or by `proxy roll` after a crash)."""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from tenacity import (
 )
 
 from clikit import settings_command
+from proxy.config import ProxySettings
 from records.storage import Store
 
 log = logging.getLogger(__name__)
@@ -157,12 +162,25 @@ class Uploader:
         self._wake.set()
 
     def close(self, drain_timeout_s: float = 10.0) -> int:
-        """Stop the thread after a last drain; returns the parts left locally (uploaded by a later start)."""
+        """Stop the thread after a last drain; returns the parts left locally (uploaded by a later start).
+
+        The drain runs on a thread of its own and `drain_timeout_s` is a hard bound: a store that hangs
+        (no answer rather than a refusal, where one request alone can outlast the deadline) cannot hold
+        up the proxy's exit. An upload abandoned that way keeps its part locally: it is removed only once
+        the store confirmed it."""
+        deadline = time.monotonic() + drain_timeout_s
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        left = self.drain(drain_timeout_s)
+
+        def last() -> None:
+            if self._thread.is_alive():
+                self._thread.join(max(0.0, deadline - time.monotonic()))
+            self.drain(max(0.0, deadline - time.monotonic()))
+
+        final = threading.Thread(target=last, name="part-uploader-drain", daemon=True)
+        final.start()
+        final.join(drain_timeout_s + 1.0)  # the drain's last sleep may end a little past its deadline
+        left = len(self.pending())
         if left:
             log.warning(
                 "%d part(s) left in %s for a later upload to %s", left, self.calls_dir, self.store.url
@@ -187,8 +205,22 @@ class Uploader:
                 self._pause_until = time.monotonic() + pause
 
 
+def proxy_uploader(settings: ProxySettings) -> Uploader | None:
+    """The uploader a proxy runs in-process when it has a `store_url` (None without one). The URL is
+    opened here, at start, so a bad one (or s3fs missing for s3://) stops the proxy before it serves."""
+    if settings.store_url is None:
+        return None
+    return Uploader(
+        settings.calls_dir,
+        Store.from_url(settings.store_url),
+        poll_s=settings.upload_poll_s,
+        backoff_max_s=settings.upload_backoff_max_s,
+    )
+
+
 class UploaderSettings(BaseSettings):
-    """`python -m proxy.uploader`: the uploader as its own process, next to a proxy on the same data dir."""
+    """`python -m proxy.uploader`: the uploader as its own process, for parts a proxy without `--store-url`
+    (or a `proxy roll` after a crash) left in a data dir."""
 
     model_config = SettingsConfigDict(env_prefix="DFLASH_UPLOAD_", extra="ignore")
 
