@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from clikit import settings_command
 from factory.cli_common import DataDir, Db, app, console, repos_app
 from factory.cli_common import db_sessions as _sessions
+from factory.run.plan import PlanOptions
 
 
 @repos_app.command("check")
@@ -116,26 +118,21 @@ def translate(
 
 
 @app.command()
+@settings_command(PlanOptions)
 def plan(
+    settings: PlanOptions,
     data_dir: DataDir = Path("data"),
     db: Db = None,
-    agents: Annotated[str, typer.Option(help="Agents and weights: claude-code,codex=1,opencode=0.5")] = (
-        "claude-code,codex,opencode"
-    ),
-    langs: Annotated[str, typer.Option(help="Languages and weights: en,ko")] = "en,ko",
-    seed: Annotated[int, typer.Option()] = 0,
     dry_run: Annotated[bool, typer.Option(help="Show what would be added")] = False,
 ) -> None:
     """Plan sessions (issue × language × agent) and print the plan's size by language and agent."""
-    from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, summary_table
     from factory.run.plan import plan as do_plan
+    from factory.run.plan import summary_table
 
-    try:
-        cfg = PlanConfig(agents=parse_mix(agents, AGENTS), langs=parse_mix(langs, LANGS), seed=seed)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    s = do_plan(_sessions(db, data_dir), cfg, dry_run=dry_run)
+    s = do_plan(_sessions(db, data_dir), settings.plan_config(), dry_run=dry_run)
+    unfixed = f" ({s.without_fix} without a known fix left out)" if settings.require_fix else ""
     title = (
-        f"{'would add' if dry_run else 'plan'}: {s.issues} issues, {s.translated} with Korean; +{s.added} new"
+        f"{'would add' if dry_run else 'plan'}: {s.issues} issues{unfixed}, {s.translated} with Korean; "
+        f"+{s.added} new"
     )
     Console().print(summary_table(s, title))

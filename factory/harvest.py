@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session as OrmSession
@@ -28,7 +28,7 @@ from factory.ingest.translate import Translator, translate_in_background
 from factory.publish.export import ExportStats, export
 from factory.run import queue
 from factory.run.lifecycle import run_scope
-from factory.run.plan import AGENTS, LANGS, PlanConfig, parse_mix, plan
+from factory.run.plan import PlanConfig, PlanOptions, plan
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import RunnerArgs, SessionRunner
@@ -40,7 +40,7 @@ from sandboxes.ledger import Ledger
 __all__ = ["HarvestOptions", "free_port", "run_harvest"]
 
 
-class HarvestOptions(ServiceOptions, EgressOption):
+class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
     """Every option of `harvest`; the command line is generated from these fields."""
 
     db: str | None = Field(default=None, description="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db).")
@@ -50,12 +50,6 @@ class HarvestOptions(ServiceOptions, EgressOption):
     limit: int = Field(default=6, ge=0, description="Sessions to run.")
     # The CPU stand-in serves one forward at a time: more sessions only interleave.
     concurrency: int = Field(default=1, ge=1, description="Sessions run at once.")
-    agents: str = Field(
-        default="claude-code,codex,opencode",
-        description="Agents and weights: claude-code,codex=1,opencode=0.5.",
-    )
-    langs: str = Field(default="en,ko", description="Languages and weights: en,ko.")
-    seed: int = Field(default=0, description="Seed of the plan's sampling and order.")
     repos_limit: int | None = Field(
         default=None, ge=1, description="GitHub: the first N repositories of repos.yaml only."
     )
@@ -84,18 +78,6 @@ class HarvestOptions(ServiceOptions, EgressOption):
     store_url: str | None = Field(
         default=None, description="With --ray: where the nodes' calls land and the export reads (s3://…)."
     )
-
-    @field_validator("agents")
-    @classmethod
-    def _agents(cls, v: str) -> str:
-        parse_mix(v, AGENTS)
-        return v
-
-    @field_validator("langs")
-    @classmethod
-    def _langs(cls, v: str) -> str:
-        parse_mix(v, LANGS)
-        return v
 
     @model_validator(mode="after")
     def _egress_here_only(self) -> HarvestOptions:
@@ -168,11 +150,10 @@ def _sessions_stage(
     summary: dict[str, object] = {}
     with services(opts, console, ledger) as (proxy, _target, model):
         summary["target_model"] = model
-        cfg = PlanConfig(
-            agents=parse_mix(opts.agents, AGENTS), langs=parse_mix(opts.langs, LANGS), seed=opts.seed
-        )
+        cfg = opts.plan_config()
         ps = plan(sessions, cfg)  # English sessions, and Korean ones of issues translated before
-        console.print(f"[bold]plan[/] +{ps.added} sessions ({ps.total} in the plan)")
+        unfixed = f"; {ps.without_fix} issues without a known fix left out" if cfg.require_fix else ""
+        console.print(f"[bold]plan[/] +{ps.added} sessions ({ps.total} in the plan){unfixed}")
         # Translations (tagged: kept out of the agent data) run beside the sessions; each accepted one
         # plans its issue's Korean sessions at once, so they start without waiting for the rest.
         translating = translate_in_background(

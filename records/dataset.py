@@ -132,6 +132,13 @@ SESSIONS_SCHEMA = pa.schema(
         ("after_tail", pa.large_string()),
         ("resolved", pa.bool_()),  # the patch newly made failing tests pass and broke none
         ("setup_status", pa.string()),  # built | cached | failed | none (the environment image's setup)
+        # What fixed the issue upstream (null: not known): pull_request | commit, its URL and number, the
+        # merge commit and the files it changed.
+        ("fix_kind", pa.string()),
+        ("fix_url", pa.string()),
+        ("fix_pull_request", pa.int64()),
+        ("fix_merge_commit", pa.string()),
+        ("fix_files", pa.list_(pa.string())),
     ],
     metadata={VERSION_KEY: str(SCHEMA_VERSION).encode()},
 )

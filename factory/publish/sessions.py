@@ -64,6 +64,7 @@ def session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any]
                 "n_calls_exact_ids": 0, "prompt_tokens": 0, "completion_tokens": 0,
                 "_done": sess.status == "done",
                 **test_columns(sess),
+                **fix_columns(issue),
             }  # fmt: skip
     return out
 
@@ -78,6 +79,18 @@ def test_columns(sess: Session) -> dict[str, Any]:
             out[f"{name}_{col}"] = run.get(col)
     out["setup_status"] = ((sess.environment or {}).get("setup") or {}).get("status")
     return out
+
+
+def fix_columns(issue: Issue) -> dict[str, Any]:
+    """The `sessions` columns of the issue's known fix (factory/ingest/fixlink.py); null when none is known."""
+    fix = issue.fix or {}
+    return {
+        "fix_kind": fix.get("kind"),
+        "fix_url": fix.get("url"),
+        "fix_pull_request": fix.get("pull_request"),
+        "fix_merge_commit": fix.get("merge_commit"),
+        "fix_files": fix.get("files"),
+    }
 
 
 def _unit(text: str) -> float:

@@ -5,7 +5,7 @@ languages come out (close to) 50/50. Weights below 1 keep that fraction of the c
 by a seeded hash, so a plan is deterministic under its seed and re-planning only adds what is new.
 The claim order (`priority`) is a seeded shuffle of issues in which each issue's combinations sit
 next to each other in a rotated order: the first few sessions of any plan already cover every agent
-and both languages."""
+and both languages. `require_fix` plans only issues whose fix (pull request or commit) the harvester recorded."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, Field, field_validator
 from rich.table import Table
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session as OrmSession
@@ -30,6 +31,7 @@ class PlanConfig:
     agents: dict[str, float] = field(default_factory=lambda: dict.fromkeys(AGENTS, 1.0))
     langs: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LANGS, 1.0))
     seed: int = 0
+    require_fix: bool = False  # only issues with a recorded fix (factory/ingest/fixlink.py)
 
     def __post_init__(self) -> None:
         unknown = set(self.agents) - set(AGENTS)
@@ -58,6 +60,38 @@ def parse_mix(text: str, allowed: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+class PlanOptions(BaseModel):
+    """What to plan; `plan` and `harvest` build their options from these fields."""
+
+    agents: str = Field(
+        default="claude-code,codex,opencode",
+        description="Agents and weights: claude-code,codex=1,opencode=0.5.",
+    )
+    langs: str = Field(default="en,ko", description="Languages and weights: en,ko.")
+    seed: int = Field(default=0, description="Seed of the plan's sampling and order.")
+    require_fix: bool = Field(
+        default=False,
+        description="Plan only issues with a known fix (the pull request or commit that closed them, "
+        "recorded by the GitHub harvest); the bundled sample has none.",
+    )
+
+    @field_validator("agents")
+    @classmethod
+    def _agents(cls, v: str) -> str:
+        parse_mix(v, AGENTS)
+        return v
+
+    @field_validator("langs")
+    @classmethod
+    def _langs(cls, v: str) -> str:
+        parse_mix(v, LANGS)
+        return v
+
+    def plan_config(self) -> PlanConfig:
+        return PlanConfig(agents=parse_mix(self.agents, AGENTS), langs=parse_mix(self.langs, LANGS),
+                          seed=self.seed, require_fix=self.require_fix)  # fmt: skip
+
+
 def session_id(repo: str, number: int, lang: str, agent: str) -> str:
     return hashlib.sha256(f"{repo.lower()}#{number}:{lang}:{agent}".encode()).hexdigest()[:24]
 
@@ -78,6 +112,7 @@ class PlanSummary:
     by_cell: Counter[tuple[str, str]] = field(default_factory=Counter)  # (lang, agent) -> sessions
     issues: int = 0
     translated: int = 0
+    without_fix: int = 0  # issues left out by `require_fix`
 
 
 def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool = False) -> PlanSummary:
@@ -92,10 +127,15 @@ def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool =
             )
         )
         existing = set(s.scalars(select(Session.id)))
-        rows = s.execute(select(Issue.id, Issue.number, Repo.name).join(Repo).order_by(Issue.id)).all()
+        rows = s.execute(
+            select(Issue.id, Issue.number, Repo.name, Issue.fix).join(Repo).order_by(Issue.id)
+        ).all()
         summary.issues, summary.translated = len(rows), len(ko_ok)
         new: list[Session] = []
-        for issue_id, number, repo in rows:
+        for issue_id, number, repo, fix in rows:
+            if cfg.require_fix and not fix:  # NULL, or JSON null: the timeline named no fix
+                summary.without_fix += 1
+                continue
             key = f"{repo.lower()}#{number}"
             rank = _issue_rank(cfg.seed, key)
             offset = rank % max(1, len(combos))
