@@ -13,8 +13,8 @@ from standin.server import serve
 from trainer.dflash.engine import engine_factory
 from trainer.evaluate import eval_command
 from trainer.export import export_command
+from trainer.features import features_command, write_features_command
 from trainer.replay import replay_command
-from trainer.sources.write import write_features_command
 from trainer.speculators.cli import export_speculators_command, import_speculators_command
 from trainer.submit import submit_command
 from trainer.submit_extract import submit_extract_command
@@ -85,4 +85,5 @@ app.command("replay")(replay_command)
 app.command("export-speculators")(export_speculators_command)
 app.command("import-speculators")(import_speculators_command)
 app.command("submit-extract")(submit_extract_command)
-app.command("write-features")(write_features_command)
+app.command("features")(features_command)
+app.command("write-features")(write_features_command)  # `features` for an existing run's data

@@ -98,7 +98,13 @@ def step_for(
     if cfg.feature_source != "hf":
         source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)
         seqs = [seg.seq.input_ids for u in units for seg in u.segments]
-        taps_fn = step_taps(source, seqs, layer_ids)
+        from_source = step_taps(source, seqs, layer_ids)
+        # features in the training dtype: bf16 files feed a float32 CPU drafter as float32
+        dtype = next(target.embed_tokens.parameters()).dtype
+
+        def taps_fn(ids: torch.Tensor) -> torch.Tensor:
+            return from_source(ids).to(dtype)
+
     return make_step(target, units, layer_ids, device, taps_fn)
 
 

@@ -1,16 +1,20 @@
-"""`cache`: features written ahead of training, read back by the token ids they belong to.
+"""`cache`: features written ahead of training (`python -m trainer features`), read back by token ids.
 
-Layout of a feature directory (this module's own minimal format, version 1):
+Layout of a feature directory (this module's format, version 2):
 
-    manifest.json    {"format": "dflash-factory-features", "version": 1, "layer_ids": [...],
-                      "hidden_size": H, "dtype": "float32", "shards": ["shard-00000.safetensors", ...],
-                      "entries": {KEY: {"shard": i, "length": T}},          # stored sequences
-                      "aliases": {KEY: {"of": KEY, "length": T}}}           # prefixes of stored ones
-    shard-NNNNN.safetensors   KEY.taps [T, len(layer_ids)·H], KEY.ids [T] (int64)
+    shard-NNNNN-of-MMMMM.safetensors   one per batch of units; written to a `.tmp` then renamed, so a
+        file that exists is whole. Tensors, per stored segment j: `j.taps` [T_j − shared_j, n·H] (the
+        target's dtype), `j.ids` [T_j] int32, `j.mask` [T_j] uint8 (the loss mask). Its metadata says
+        everything else: `segments` (JSON: key, length, shared, prev), `plan` (what it was written for),
+        `layer_ids`, `hidden_size`, `dtype`, `rank` (the process that wrote it).
+    manifest.json   the union of the shards' metadata, written by one process once every shard exists:
+        {"format", "version", "layer_ids", "hidden_size", "dtype", "shards": [{"file", "segments"}, ...],
+         "entries": {KEY: [shard, j]}, "tokens": stored positions}
 
-KEY is the SHA-256 of the sequence's int64 token ids, so a reader needs nothing but the ids; a sequence
-that is a prefix of another is stored once, as an alias of the longer one. `write` appends a shard per
-call and rewrites the manifest atomically after it, so a killed writer loses at most its last shard.
+A segment is one sequence of a training unit (`trainer.data.units`): its first `shared` positions are
+the same as those of segment `prev` of the same shard (a session's calls share their history), so only
+the rest is stored — each shared prefix once. A sequence's features are rebuilt along that chain. KEY is
+the SHA-256 of the sequence's int64 token ids, so a reader needs nothing but the ids.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +31,112 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from trainer.sources.base import FeatureError, FeatureSource, prefix_groups, taps_via_many
+from trainer.sources.base import FeatureError, FeatureSource, taps_via_many
 
-FORMAT, VERSION, MANIFEST = "dflash-factory-features", 1, "manifest.json"
+FORMAT, VERSION, MANIFEST = "dflash-factory-features", 2, "manifest.json"
 
 
 def key(ids: Sequence[int]) -> str:
     return hashlib.sha256(np.asarray(list(ids), dtype=np.int64).tobytes()).hexdigest()
 
 
-def _manifest(root: Path) -> dict[str, Any]:
+def shard_name(index: int, count: int) -> str:
+    return f"shard-{index:05d}-of-{count:05d}.safetensors"
+
+
+@dataclass
+class Stored:
+    """One segment as a shard stores it: `taps` covers positions shared.. of `ids`; positions before
+    `shared` are segment `prev`'s (an earlier segment of the same shard)."""
+
+    ids: list[int]
+    mask: list[int]
+    shared: int
+    prev: int | None
+    taps: torch.Tensor  # [len(ids) - shared, n·H]
+
+
+def write_shard(
+    path: Path, segments: Sequence[Stored], layer_ids: Sequence[int], plan: str, rank: int
+) -> None:
+    """Write one shard atomically: to `<name>.tmp`, then renamed (a killed writer leaves no partial shard)."""
+    tensors: dict[str, torch.Tensor] = {}
+    meta = []
+    for j, s in enumerate(segments):
+        if s.taps.shape[0] != len(s.ids) - s.shared:
+            raise FeatureError(
+                f"segment {j}: {s.taps.shape[0]} feature rows for {len(s.ids) - s.shared} positions"
+            )
+        tensors[f"{j}.taps"] = (
+            s.taps.detach().cpu().clone()
+        )  # views of one tensor: safetensors refuses shared storage
+        tensors[f"{j}.ids"] = torch.tensor(s.ids, dtype=torch.int32)
+        tensors[f"{j}.mask"] = torch.tensor(s.mask, dtype=torch.uint8)
+        meta.append({"key": key(s.ids), "length": len(s.ids), "shared": s.shared, "prev": s.prev})
+    width = segments[0].taps.shape[-1] if segments else 0
+    metadata = {
+        "segments": json.dumps(meta),
+        "plan": plan,
+        "layer_ids": json.dumps(list(layer_ids)),
+        "hidden_size": str(width // max(1, len(layer_ids))),
+        "dtype": str(segments[0].taps.dtype).removeprefix("torch.") if segments else "",
+        "rank": str(rank),
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    tmp.replace(path)
+
+
+def shard_metadata(path: Path) -> dict[str, str]:
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
+
+
+def write_manifest(
+    root: Path, names: Sequence[str], layer_ids: Sequence[int], **extra: Any
+) -> dict[str, Any]:
+    """Merge the shards' metadata into `manifest.json` (atomically); every shard must exist."""
+    missing = [n for n in names if not (root / n).exists()]
+    if missing:
+        raise FeatureError(f"{root}: {len(missing)} shards not written yet (first: {missing[0]}); run again")
+    shards, entries, tokens = [], dict[str, list[int]](), 0
+    dtype, hidden = "", 0
+    for i, name in enumerate(names):
+        meta = shard_metadata(root / name)
+        if json.loads(meta["layer_ids"]) != list(layer_ids):
+            raise FeatureError(f"{root / name} holds taps {meta['layer_ids']}, not {list(layer_ids)}")
+        segments = json.loads(meta["segments"])
+        shards.append({"file": name, "segments": segments, "rank": int(meta["rank"])})
+        for j, s in enumerate(segments):
+            entries.setdefault(s["key"], [i, j])  # an identical sequence in a later unit: the first copy
+            tokens += s["length"] - s["shared"]
+        dtype, hidden = meta["dtype"] or dtype, int(meta["hidden_size"]) or hidden
+    m = {
+        "format": FORMAT,
+        "version": VERSION,
+        "layer_ids": list(layer_ids),
+        "hidden_size": hidden,
+        "dtype": dtype,
+        "tokens": tokens,
+        **extra,
+        "shards": shards,
+        "entries": entries,
+    }
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(m) + "\n")
+    tmp.replace(root / MANIFEST)
+    return m
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
     path = root / MANIFEST
     if not path.exists():
-        raise FeatureError(f"{root} holds no feature manifest ({MANIFEST})")
+        raise FeatureError(f"{root} holds no feature manifest ({MANIFEST}): run `python -m trainer features`")
     m = json.loads(path.read_text())
     if m.get("format") != FORMAT or m.get("version") != VERSION:
         raise FeatureError(
-            f"{path}: format {m.get('format')!r} v{m.get('version')}, expected {FORMAT} v{VERSION}"
+            f"{path}: format {m.get('format')!r} v{m.get('version')}, expected {FORMAT} v{VERSION} "
+            "(written by an older trainer: write it again with `python -m trainer features`)"
         )
     return m
 
@@ -50,43 +144,15 @@ def _manifest(root: Path) -> dict[str, Any]:
 def write(
     source: FeatureSource, sequences: Sequence[Sequence[int]], layer_ids: Sequence[int], root: Path
 ) -> dict[str, Any]:
-    """Compute the taps of `sequences` with `source` and add them to the directory as one shard."""
+    """Any sequences' taps from `source` as a one-shard directory (each distinct sequence whole, mask 0):
+    the same format from Python, for sources compared outside a training run."""
     root.mkdir(parents=True, exist_ok=True)
-    try:
-        m = _manifest(root)
-    except FeatureError:
-        m = {
-            "format": FORMAT,
-            "version": VERSION,
-            "layer_ids": list(layer_ids),
-            "shards": [],
-            "entries": {},
-            "aliases": {},
-        }
-    if m["layer_ids"] != list(layer_ids):
-        raise FeatureError(f"{root} holds taps {m['layer_ids']}, not {list(layer_ids)}")
-    owner = prefix_groups(sequences)
-    todo = sorted({o for o in owner if key(sequences[o]) not in m["entries"]})
-    feats = source.taps_many([sequences[i] for i in todo], layer_ids)
-    shard = f"shard-{len(m['shards']):05d}.safetensors"
-    tensors: dict[str, torch.Tensor] = {}
-    for i, f in zip(todo, feats, strict=True):
-        k = key(sequences[i])
-        tensors[f"{k}.taps"] = f.contiguous()
-        tensors[f"{k}.ids"] = torch.tensor(list(sequences[i]), dtype=torch.int64)
-    if tensors:
-        save_file(tensors, str(root / shard))
-        m["shards"].append(shard)
-        for i, f in zip(todo, feats, strict=True):
-            m["entries"][key(sequences[i])] = {"shard": len(m["shards"]) - 1, "length": len(sequences[i])}
-            m["hidden_size"], m["dtype"] = f.shape[-1] // len(layer_ids), str(f.dtype).removeprefix("torch.")
-    for i, o in enumerate(owner):
-        if o != i and key(sequences[i]) != key(sequences[o]):
-            m["aliases"][key(sequences[i])] = {"of": key(sequences[o]), "length": len(sequences[i])}
-    tmp = root / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(m) + "\n")
-    tmp.replace(root / MANIFEST)
-    return m
+    distinct = list({key(s): list(s) for s in sequences}.values())
+    feats = source.taps_many(distinct, layer_ids)
+    stored = [Stored(s, [0] * len(s), 0, None, f) for s, f in zip(distinct, feats, strict=True)]
+    name = shard_name(0, 1)
+    write_shard(root / name, stored, layer_ids, plan=key([len(s) for s in distinct]), rank=0)
+    return write_manifest(root, [name], layer_ids)
 
 
 class CacheSource:
@@ -94,30 +160,51 @@ class CacheSource:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self.manifest = _manifest(self.root)
+        self.manifest = read_manifest(self.root)
 
-    def _one(self, ids: Sequence[int], layer_ids: Sequence[int]) -> torch.Tensor:
+    def _rebuild(
+        self, handle: Any, segments: list[dict[str, Any]], j: int, memo: dict[int, torch.Tensor]
+    ) -> torch.Tensor:
+        """Segment j's features over its whole sequence: the chain's shared prefixes, then its own rows."""
+        chain = [j]
+        while segments[chain[-1]]["shared"] and chain[-1] not in memo:
+            chain.append(segments[chain[-1]]["prev"])
+        for i in reversed(chain):
+            if i in memo:
+                continue
+            own = handle.get_tensor(f"{i}.taps")
+            shared = segments[i]["shared"]
+            memo[i] = torch.cat([memo[segments[i]["prev"]][:shared], own]) if shared else own
+        return memo[j]
+
+    def taps_many(self, sequences: Sequence[Sequence[int]], layer_ids: Sequence[int]) -> list[torch.Tensor]:
         if list(layer_ids) != self.manifest["layer_ids"]:
             raise FeatureError(
                 f"{self.root} holds taps {self.manifest['layer_ids']}, asked {list(layer_ids)}"
             )
-        k, length = key(ids), len(ids)
-        alias = self.manifest["aliases"].get(k)
-        if alias is not None:
-            k = alias["of"]
-        entry = self.manifest["entries"].get(k)
-        if entry is None:
-            raise FeatureError(
-                f"{self.root} has no features for a {length}-token sequence (key {key(ids)[:12]})"
-            )
-        with safe_open(str(self.root / self.manifest["shards"][entry["shard"]]), framework="pt") as f:
-            stored_ids = f.get_tensor(f"{k}.ids")
-            if stored_ids[:length].tolist() != list(ids):  # a hash collision or a corrupt shard
-                raise FeatureError(f"{self.root}: stored ids of key {k[:12]} differ from the sequence's")
-            return f.get_tensor(f"{k}.taps")[:length]
-
-    def taps_many(self, sequences: Sequence[Sequence[int]], layer_ids: Sequence[int]) -> list[torch.Tensor]:
-        return [self._one(s, layer_ids) for s in sequences]
+        where = []
+        for ids in sequences:
+            hit = self.manifest["entries"].get(key(ids))
+            if hit is None:
+                raise FeatureError(
+                    f"{self.root} has no features for a {len(ids)}-token sequence (key {key(ids)[:12]}): "
+                    "built from other data or settings than `trainer features` used (see its data/)"
+                )
+            where.append(hit)
+        out: dict[int, torch.Tensor] = {}
+        for shard in sorted({s for s, _ in where}):  # each shard opened once per request
+            entry = self.manifest["shards"][shard]
+            memo: dict[int, torch.Tensor] = {}
+            with safe_open(str(self.root / entry["file"]), framework="pt") as f:
+                for n, (s, j) in enumerate(where):
+                    if s != shard:
+                        continue
+                    if f.get_tensor(f"{j}.ids").tolist() != list(sequences[n]):  # a collision or corruption
+                        raise FeatureError(
+                            f"{self.root}: stored ids of {entry['file']}:{j} differ from the sequence's"
+                        )
+                    out[n] = self._rebuild(f, entry["segments"], j, memo)
+        return [out[n] for n in range(len(sequences))]
 
     def taps(self, input_ids: torch.Tensor, layer_ids: Sequence[int]) -> torch.Tensor:
         return taps_via_many(self, input_ids, layer_ids)

@@ -54,7 +54,7 @@ def test_prefix_groups_point_each_prefix_at_its_longest_extension() -> None:
 @pytest.mark.slow
 def test_hf_cache_and_vllm_give_identical_float32_taps(tiny: Target, tmp_path: Path) -> None:
     hf = HFSource(tiny).taps_many(SEQS, TAPS)
-    cache_mod.write(HFSource(tiny), SEQS, TAPS, tmp_path / "features")  # what `trainer features` stores
+    cache_mod.write(HFSource(tiny), SEQS, TAPS, tmp_path / "features")  # the format `trainer features` writes
     cached = CacheSource(tmp_path / "features").taps_many(SEQS, TAPS)
     with extraction_server(tiny, to_vllm(TAPS, tiny.num_layers), tmp_path / "hs") as url:
         source = vllm_source(tiny, url, to_vllm(TAPS, tiny.num_layers), verify_with_reference=True)
@@ -118,7 +118,7 @@ def test_a_missing_final_layer_is_caught_by_the_generated_token(tiny: Target, tm
 
 def test_the_cache_refuses_sequences_it_does_not_hold(tiny: Target, tmp_path: Path) -> None:
     manifest = cache_mod.write(HFSource(tiny), SEQS[:2], TAPS, tmp_path)
-    assert len(manifest["entries"]) == 1  # the prefix is stored once, as an alias of the longer one
+    assert len(manifest["entries"]) == 2  # `cache.write` stores sequences whole (`trainer features` shares)
     source = CacheSource(tmp_path)
     assert source.taps_many([SEQS[1]], TAPS)[0].shape[0] == 4
     with pytest.raises(FeatureError, match="no features"):

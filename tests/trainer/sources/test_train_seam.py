@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from trainer.features import features
 from trainer.sources import to_vllm
-from trainer.sources.write import write_features
 from trainer.train import TrainConfig, train
 
 from .conftest import extraction_server
@@ -34,9 +34,10 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
         target_layer_ids=[0, 2], prefix_sharing=False,  # hf then taps each whole sequence, as the sources do
     )  # fmt: skip
     hf_run = train(TrainConfig(**base, name="hf"), target=target)
-    write_features(
-        hf_run, tmp_path / "features", batch=2, target=target
-    )  # `python -m trainer write-features`
+    # `python -m trainer write-features RUN OUT`: the run's config and built data
+    features(
+        TrainConfig(**base), tmp_path / "features", dtype="float32", data_dir=hf_run / "data", target=target
+    )
     cache_run = train(
         TrainConfig(**base, name="cache", feature_source="cache", feature_dir=str(tmp_path / "features")),
         target=target,
