@@ -8,6 +8,7 @@ nodes fit next to everything else on a small machine."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -95,9 +96,12 @@ class RayCluster:
                                     f"--temp-dir={self.root / 'tmp'}",
                                     f'--resources={{"sandbox": {sandboxes}}}'], env or {})  # fmt: skip
 
-    def add_node(self, sandboxes: int, env: dict[str, str] | None = None, name: str = "node") -> Node:
-        return self._start(name, [f"--address={self.address}", f'--resources={{"sandbox": {sandboxes}}}'],
-                           env or {})  # fmt: skip
+    def add_node(
+        self, sandboxes: int, env: dict[str, str] | None = None, name: str = "node", **resources: int
+    ) -> Node:
+        """A node with `sandboxes` slots; `resources` are more custom resources (a test's handle on it)."""
+        declared = json.dumps({"sandbox": sandboxes, **resources})
+        return self._start(name, [f"--address={self.address}", f"--resources={declared}"], env or {})
 
     def wait_nodes(self, alive: int, timeout_s: float = 120) -> None:
         """Until `alive` nodes are registered and alive (asked through `ray status`-like polling)."""
