@@ -1,7 +1,8 @@
 """A repository's tests run inside the sandbox, before the agent (baseline) and after its patch.
 
 The outcome is read from the runner's own output: per-test verdicts where the runner prints them (pytest
-`-rA`, unittest `-v`, `go test -v`, `cargo test`), else its summary line (jest, Maven Surefire, CTest).
+`-rA`, unittest `-v`, `go test -v`, `cargo test`), else its summary line (jest, Maven Surefire, JUnit 4's
+JUnitCore, CTest, `node --test`).
 `resolved` compares the two runs test by test when names are known, else by counts.
 """
 
@@ -40,6 +41,12 @@ _SUMMARIES = (
     (re.compile(r"^Tests:\s+(.*total)$", re.M), re.compile(r"(\d+) (passed|failed)")),
 )
 _SUREFIRE = re.compile(r"Tests run: (\d+), Failures: (\d+), Errors: (\d+), Skipped: (\d+)")
+# JUnitCore (a plain javac project): "Tests run: 2,  Failures: 1" after failures, "OK (2 tests)" without.
+_JUNIT4_FAILED = re.compile(r"^Tests run: (\d+),\s+Failures: (\d+)\s*$", re.M)
+_JUNIT4_OK = re.compile(r"^OK \((\d+) tests?\)\s*$", re.M)
+# node --test: "# tests 2 … # pass 1 # fail 1" (TAP reporter, off a terminal) or "ℹ pass 1" (spec reporter).
+_NODE_TOTAL = re.compile(r"^[#ℹ] tests \d+$", re.M)
+_NODE_COUNT = re.compile(r"^[#ℹ] (pass|fail|skipped) (\d+)$", re.M)
 _CTEST = re.compile(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)")
 _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests?", re.M)
 _UNITTEST_FAILED = re.compile(r"^FAILED \(([^)]*)\)", re.M)
@@ -100,6 +107,17 @@ def parse(command: str, exit_code: int | None, output: str) -> TestOutcome:
         out.failed, out.errors, out.skipped = failures, errors, skipped
         out.passed = run - failures - errors - skipped
         return out
+    if junit := _junit4(output):
+        out.passed, out.failed = junit
+        return out
+    if _NODE_TOTAL.search(output):
+        counts = {word: int(n) for word, n in _NODE_COUNT.findall(output)}
+        out.passed, out.failed, out.skipped = (
+            counts.get("pass", 0),
+            counts.get("fail", 0),
+            counts.get("skipped", 0),
+        )
+        return out
     if m2 := _CTEST.search(output):
         failed, total = int(m2.group(2)), int(m2.group(3))
         out.failed, out.passed = failed, total - failed
@@ -117,6 +135,18 @@ def parse(command: str, exit_code: int | None, output: str) -> TestOutcome:
             for n, word in pairs.findall(h.group(1)):
                 setattr(out, word, int(n))
     return out
+
+
+def _junit4(output: str) -> tuple[int, int] | None:
+    """(passed, failed) from JUnitCore's last summary line, None when it printed none."""
+    failed = list(_JUNIT4_FAILED.finditer(output))
+    ok = list(_JUNIT4_OK.finditer(output))
+    if failed and (not ok or failed[-1].start() > ok[-1].start()):
+        run, failures = int(failed[-1].group(1)), int(failed[-1].group(2))
+        return run - failures, failures
+    if ok:
+        return int(ok[-1].group(1)), 0
+    return None
 
 
 def resolved(baseline: TestOutcome | None, after: TestOutcome | None) -> bool | None:

@@ -58,6 +58,12 @@ SUREFIRE = "[INFO] Results:\n[ERROR] Tests run: 7, Failures: 2, Errors: 1, Skipp
 JEST = "Tests:       1 failed, 4 passed, 5 total\nSnapshots:   0 total\n"
 CTEST = "67% tests passed, 1 tests failed out of 3\n"
 PYTEST_PLAIN = "..F\n======= 1 failed, 2 passed in 0.10s =======\n"
+# JUnit 4's JUnitCore and node --test, as printed by the Java and Node family images (Debian's junit4 4.13.2,
+# Node 18.20's TAP reporter off a terminal).
+JUNIT4_FAILED = "JUnit version 4.13.2\n.E.\nThere was 1 failure:\n1) adds(CalcTest)\n\nFAILURES!!!\nTests run: 2,  Failures: 1\n\n"
+JUNIT4_OK = "JUnit version 4.13.2\n..\nTime: 0.01\n\nOK (2 tests)\n\n"
+NODE_TAP = "not ok 1 - adds\nok 2 - other\n1..2\n# tests 2\n# suites 0\n# pass 1\n# fail 1\n# skipped 0\n"
+NODE_SPEC = "✖ adds (1ms)\n✔ other (0.2ms)\nℹ tests 3\nℹ pass 2\nℹ fail 0\nℹ skipped 1\n"
 
 
 @pytest.mark.parametrize(
@@ -72,6 +78,10 @@ PYTEST_PLAIN = "..F\n======= 1 failed, 2 passed in 0.10s =======\n"
         (JEST, (4, 1, 0, 0)),
         (CTEST, (2, 1, 0, 0)),
         (PYTEST_PLAIN, (2, 1, 0, 0)),
+        (JUNIT4_FAILED, (1, 1, 0, 0)),
+        (JUNIT4_OK, (2, 0, 0, 0)),
+        (NODE_TAP, (1, 1, 0, 0)),
+        (NODE_SPEC, (2, 0, 0, 1)),
         ("bash: pytest: command not found\n", (0, 0, 0, 0)),
     ],
 )
