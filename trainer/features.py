@@ -173,7 +173,9 @@ def features(
     taps_fn = None
     if cfg.feature_source == "vllm":
         source = make_source("vllm", target, vllm=cfg.vllm)
-        taps_fn = lambda unit: step_taps(source, [s.seq.input_ids for s in unit.segments], layer_ids)  # noqa: E731
+        taps_fn = lambda u: step_taps(  # noqa: E731
+            source, [s.seq.input_ids for s in u.segments], layer_ids, [s.shared for s in u.segments]
+        )
     written, skipped, t0 = 0, 0, time.monotonic()
     mine = assign(shards, acc.num_processes)[acc.process_index]
     for n, i in enumerate(mine, 1):

@@ -38,9 +38,8 @@ class PackedStep:
         return int(self.loss_mask.sum())
 
 
-TapsFn = Callable[
-    [torch.Tensor], torch.Tensor
-]  # [1, T] ids -> [1, T, n_taps*H] features of the whole sequence
+# ([1, T] ids, start) -> [1, T - start, n_taps*H]: the features of positions start.. of a whole sequence
+TapsFn = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 def unit_features(
@@ -48,17 +47,18 @@ def unit_features(
 ) -> torch.Tensor:
     """[1, sum of computed, n_taps*H]: each segment's new positions, continuing the previous KV cache.
 
-    ``taps_fn``: features from elsewhere (a feature source: files, a server) for whole sequences; the
-    shared positions are then sliced off (the features are the same, only not computed here)."""
+    ``taps_fn``: features from elsewhere (a feature source: files, a server) of each segment's positions
+    past its shared prefix (those below it are the same features, served by the earlier segment)."""
     parts = []
     cache = target.new_cache()
     for i, seg in enumerate(unit.segments):
         ids = torch.tensor(seg.seq.input_ids, dtype=torch.long, device=device)[None]
         last = i == len(unit.segments) - 1
-        if taps_fn is not None or (seg.shared == 0 and last):
-            # nothing to continue from and nothing continues from it: the plain tap (no cache kept)
-            full = taps_fn(ids) if taps_fn is not None else target.tap(ids, layer_ids)
-            parts.append(full[:, seg.shared :].to(device))
+        if taps_fn is not None:
+            parts.append(taps_fn(ids, seg.shared).to(device))
+            continue
+        if seg.shared == 0 and last:  # nothing to continue from, nothing continues from it: no cache kept
+            parts.append(target.tap(ids, layer_ids).to(device))
             continue
         # drop what the previous segment computed beyond the shared prefix, then extend the cache
         Target.crop_cache(cache, seg.shared)
@@ -97,13 +97,13 @@ def step_for(
     taps_fn = None
     if cfg.feature_source != "hf":
         source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)
-        seqs = [seg.seq.input_ids for u in units for seg in u.segments]
-        from_source = step_taps(source, seqs, layer_ids)
+        segs = [seg for u in units for seg in u.segments]
+        from_source = step_taps(source, [s.seq.input_ids for s in segs], layer_ids, [s.shared for s in segs])
         # features in the training dtype: bf16 files feed a float32 CPU drafter as float32
         dtype = next(target.embed_tokens.parameters()).dtype
 
-        def taps_fn(ids: torch.Tensor) -> torch.Tensor:
-            return from_source(ids).to(dtype)
+        def taps_fn(ids: torch.Tensor, start: int) -> torch.Tensor:
+            return from_source(ids, start).to(dtype)
 
     return make_step(target, units, layer_ids, device, taps_fn)
 

@@ -129,6 +129,10 @@ def test_the_default_stores_bf16_and_serves_every_sequence_whole(
         assert feats.dtype == torch.bfloat16
         assert feats.shape == want.shape
         assert torch.allclose(feats.float(), want, atol=0.05 * float(want.abs().max()))
+    # what a training step reads: only the positions past each segment's shared prefix
+    starts = [0, *(min(len(a), len(b)) // 2 for a, b in itertools.pairwise(seqs))]
+    tails = CacheSource(tmp_path / "f").taps_tails(seqs, starts, TAPS)
+    assert all(torch.equal(t, f[a:]) for t, f, a in zip(tails, got, starts, strict=True))
 
 
 def test_a_killed_run_resumes_without_recomputing_finished_shards(

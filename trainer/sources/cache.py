@@ -162,22 +162,21 @@ class CacheSource:
         self.root = Path(root)
         self.manifest = read_manifest(self.root)
 
-    def _rebuild(
-        self, handle: Any, segments: list[dict[str, Any]], j: int, memo: dict[int, torch.Tensor]
-    ) -> torch.Tensor:
-        """Segment j's features over its whole sequence: the chain's shared prefixes, then its own rows."""
-        chain = [j]
-        while segments[chain[-1]]["shared"] and chain[-1] not in memo:
-            chain.append(segments[chain[-1]]["prev"])
-        for i in reversed(chain):
-            if i in memo:
-                continue
-            own = handle.get_tensor(f"{i}.taps")
-            shared = segments[i]["shared"]
-            memo[i] = torch.cat([memo[segments[i]["prev"]][:shared], own]) if shared else own
-        return memo[j]
+    def _rows(self, f: Any, segments: list[dict[str, Any]], j: int, a: int, b: int) -> list[torch.Tensor]:
+        """Positions a..b of segment j: those below its `shared` from the chain of earlier segments, the
+        rest from its own rows; only those rows are read (`get_slice`)."""
+        shared = segments[j]["shared"]
+        parts = self._rows(f, segments, segments[j]["prev"], a, min(b, shared)) if a < shared else []
+        if b > shared:
+            parts.append(f.get_slice(f"{j}.taps")[max(a, shared) - shared : b - shared])
+        return parts
 
-    def taps_many(self, sequences: Sequence[Sequence[int]], layer_ids: Sequence[int]) -> list[torch.Tensor]:
+    def taps_tails(
+        self, sequences: Sequence[Sequence[int]], starts: Sequence[int], layer_ids: Sequence[int]
+    ) -> list[torch.Tensor]:
+        """The features of positions start.. of each sequence (`[T_i − start_i, n·H]`): what a training
+        segment that shares its first `start` positions with the one before it needs. With the units
+        `trainer features` stored, those are exactly the stored rows: nothing is rebuilt or copied twice."""
         if list(layer_ids) != self.manifest["layer_ids"]:
             raise FeatureError(
                 f"{self.root} holds taps {self.manifest['layer_ids']}, asked {list(layer_ids)}"
@@ -194,7 +193,6 @@ class CacheSource:
         out: dict[int, torch.Tensor] = {}
         for shard in sorted({s for s, _ in where}):  # each shard opened once per request
             entry = self.manifest["shards"][shard]
-            memo: dict[int, torch.Tensor] = {}
             with safe_open(str(self.root / entry["file"]), framework="pt") as f:
                 for n, (s, j) in enumerate(where):
                     if s != shard:
@@ -203,8 +201,12 @@ class CacheSource:
                         raise FeatureError(
                             f"{self.root}: stored ids of {entry['file']}:{j} differ from the sequence's"
                         )
-                    out[n] = self._rebuild(f, entry["segments"], j, memo)
+                    parts = self._rows(f, entry["segments"], j, starts[n], len(sequences[n]))
+                    out[n] = parts[0] if len(parts) == 1 else torch.cat(parts)
         return [out[n] for n in range(len(sequences))]
+
+    def taps_many(self, sequences: Sequence[Sequence[int]], layer_ids: Sequence[int]) -> list[torch.Tensor]:
+        return self.taps_tails(sequences, [0] * len(sequences), layer_ids)
 
     def taps(self, input_ids: torch.Tensor, layer_ids: Sequence[int]) -> torch.Tensor:
         return taps_via_many(self, input_ids, layer_ids)

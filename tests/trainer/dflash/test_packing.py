@@ -106,13 +106,14 @@ def test_a_re_rendered_call_shares_its_common_prefix_and_sees_its_full_context()
     feats = unit_features(target, unit, drafter.target_layer_ids, torch.device("cpu"))
     full = target.tap(torch.tensor(second_ids)[None], drafter.target_layer_ids)
     assert torch.allclose(feats[:, len(first.input_ids) :], full[:, 38:], atol=1e-5)
-    # a feature source that serves whole sequences (files, a server) gives the same packed features
+    # a feature source (files, a server) serving each segment's positions past its shared prefix gives
+    # the same packed features
     served = unit_features(
         target,
         unit,
         drafter.target_layer_ids,
         torch.device("cpu"),
-        lambda ids: target.tap(ids, drafter.target_layer_ids),
+        lambda ids, start: target.tap(ids, drafter.target_layer_ids)[:, start:],
     )
     assert served.shape == feats.shape
     assert torch.allclose(served, feats, atol=1e-5)
