@@ -124,14 +124,16 @@ SESSIONS_SCHEMA = pa.schema(
         ("baseline_failed", pa.int32()),
         ("baseline_errors", pa.int32()),
         ("baseline_timed_out", pa.bool_()),
+        ("baseline_exit_code", pa.int32()),  # what says the outcome of a runner that prints no counts
         ("baseline_tail", pa.large_string()),
         ("after_passed", pa.int32()),
         ("after_failed", pa.int32()),
         ("after_errors", pa.int32()),
         ("after_timed_out", pa.bool_()),
+        ("after_exit_code", pa.int32()),
         ("after_tail", pa.large_string()),
         ("resolved", pa.bool_()),  # the patch newly made failing tests pass and broke none
-        ("setup_status", pa.string()),  # built | cached | failed | none (the environment image's setup)
+        ("setup_status", pa.string()),  # built | cached | failed (the environment image's setup)
         # What fixed the issue upstream (null: not known): pull_request | commit, its URL and number, the
         # merge commit and the files it changed.
         ("fix_kind", pa.string()),

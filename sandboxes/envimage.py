@@ -41,7 +41,8 @@ ABSORB = (
 
 @dataclass
 class SetupOutcome:
-    status: str  # "built", "cached", "failed" or "none" (no setup command)
+    # "built", "cached" or "failed"; a repository without a setup command gets a checkout-only image.
+    status: str
     image: str | None
     base_sha: str | None = None
     reason: str | None = None
@@ -91,7 +92,7 @@ def ensure_env_image(
     commit: str,
     plan: Plan,
     family_image: str,
-    egress_image: str,
+    egress_image: str | None,  # None: the setup needs no registries (nothing to install)
 ) -> SetupOutcome:
     """The environment image for `repo` at `commit`, built when missing; a failure is an outcome, not a raise."""
     key = env_key(repo_id, commit, plan, family_image)
@@ -133,7 +134,7 @@ def _build(
     commit: str,
     plan: Plan,
     family_image: str,
-    egress_image: str,
+    egress_image: str | None,  # None: the setup needs no registries (nothing to install)
     tag: str,
 ) -> SetupOutcome:
     t0 = time.monotonic()

@@ -15,7 +15,7 @@ import docker
 from sandboxes.config import SandboxSettings
 from sandboxes.detect import Plan, plan_for
 from sandboxes.egress import build_egress_image
-from sandboxes.envimage import SetupOutcome, ensure_env_image
+from sandboxes.envimage import ensure_env_image
 from sandboxes.families import build_family
 from sandboxes.repo import resolve
 
@@ -59,10 +59,8 @@ def prepare(
     egress = build_egress_image(client, settings)
     session_egress = egress if settings.egress == "registries" else None
     test_command = plan.test or None
-    if not plan.setup:
-        out = SetupOutcome("none", None)
-        return Prepared(family, None, test_command, session_egress, out.to_dict(), plan)
-    # Setup always runs with egress on: installing the dependencies is what it is for.
+    # Setup always runs with egress on: installing the dependencies is what it is for. A repository with
+    # nothing to install still gets an image holding its checkout, so no session copies its tree in.
     out = ensure_env_image(
         client,
         settings,
@@ -71,7 +69,7 @@ def prepare(
         commit=sha,
         plan=plan,
         family_image=family,
-        egress_image=egress,
+        egress_image=egress if plan.setup else None,
     )
     if out.image is None:
         return Prepared(family, None, test_command, session_egress, out.to_dict(), plan)

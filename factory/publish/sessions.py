@@ -75,7 +75,7 @@ def test_columns(sess: Session) -> dict[str, Any]:
     runs = {"baseline": sess.test_baseline or {}, "after": sess.test_after or {}}
     out["test_command"] = runs["baseline"].get("command") or runs["after"].get("command")
     for name, run in runs.items():
-        for col in ("passed", "failed", "errors", "timed_out", "tail"):
+        for col in ("passed", "failed", "errors", "timed_out", "exit_code", "tail"):
             out[f"{name}_{col}"] = run.get(col)
     out["setup_status"] = ((sess.environment or {}).get("setup") or {}).get("status")
     return out

@@ -9,9 +9,12 @@ import socket
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from factory.run.runner_types import InfraError, RunnerArgs, SessionOutcome, SessionSpec
+
+if TYPE_CHECKING:  # the sandboxes package (and docker) load only when a sandbox runs
+    from sandboxes.session import SessionRequest
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +100,12 @@ class SandboxSessionRunner:
                 self.image = build_agents(self._client, self.settings, log=log.info)
             return self.image
 
-    def run(self, spec: SessionSpec) -> SessionOutcome:
-        import docker
-        import requests
-
-        from sandboxes.session import SessionRequest, run_session
+    def request(self, spec: SessionSpec) -> SessionRequest:
+        """The sandbox session of `spec`: its image (the repository's environment image), tests and agent."""
+        from sandboxes.session import SessionRequest
 
         env = {"image": self._image(), **self._environment(spec)}
-        req = SessionRequest(
+        return SessionRequest(
             agent=spec.agent,
             repo=spec.repo_path,
             commit=spec.base_commit,
@@ -118,6 +119,14 @@ class SandboxSessionRunner:
             command=self.command.replace("{session}", spec.proxy_session_id) if self.command else None,
             **env,
         )
+
+    def run(self, spec: SessionSpec) -> SessionOutcome:
+        import docker
+        import requests
+
+        from sandboxes.session import run_session
+
+        req = self.request(spec)
         try:
             res = run_session(req, self._client)
         except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:

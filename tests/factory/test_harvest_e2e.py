@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from factory.ingest.sample import load as sample_repos
 from records.io import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,6 +77,16 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
     assert {c["client_agent"] for c in crows} >= {"claude-code", "codex", "opencode"}
     assert any("이슈" in c["request_json"] for c in crows if c["lang"] == "ko")
     assert (out / "README.md").read_text().count("config_name") == 2
+    # Each session ran in its repository's environment image with the sample's tests before and after the
+    # agent (tests/factory/test_sample_environments.py checks the same path without a model, in seconds).
+    tests = {s.name: s.test for s in sample_repos()}
+    ran = [s for s in srows if s["outcome"] != "infra_failed"]
+    assert ran
+    for s in ran:
+        assert s["test_command"] == tests[s["repo"]], s
+        assert s["setup_status"] in ("built", "cached"), s
+        assert s["baseline_exit_code"] is not None, s
+    assert any(s["after_exit_code"] is not None for s in ran)
     assert summary["export"]["exact_ids_fraction"] == 1.0, summary["export"]  # no call lost its exact ids
 
 

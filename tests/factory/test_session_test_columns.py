@@ -26,11 +26,13 @@ def test_columns_of_a_resolved_session_fit_the_schema() -> None:
         "baseline_failed": 1,
         "baseline_errors": 0,
         "baseline_timed_out": False,
+        "baseline_exit_code": 1,
         "baseline_tail": "FAILED t::a",
         "after_passed": 2,
         "after_failed": 0,
         "after_errors": 0,
         "after_timed_out": False,
+        "after_exit_code": 0,
         "after_tail": "2 passed",
         "setup_status": "built",
     }
