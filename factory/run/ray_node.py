@@ -1,12 +1,12 @@
 """What runs on each node of a Ray cluster: the node's proxy (one per node, started on demand) and the
 task that runs one session there. Imported only by `factory.run.ray_runner` (so only with `--ray`).
 
-The node's proxy is a Ray actor pinned to its node that starts two processes on the node's own disk:
-``python -m proxy serve`` (the spool is the durability line: a call is acknowledged once it is fsync'd
-there) and ``python -m proxy.uploader`` (rolled parts go to ``STORE/calls/`` and are removed locally only
-once the store confirmed them). Both are configured through their environment variables and die with
-the actor (PR_SET_PDEATHSIG), so a node that is killed leaves no proxy behind; its spool stays on disk
-and is rolled and uploaded by the next proxy started on that host."""
+The node's proxy is a Ray actor pinned to its node that starts ``python -m proxy serve --store-url STORE``
+on the node's own disk: the spool is the durability line (a call is acknowledged once it is fsync'd
+there), and the proxy's own uploader thread moves rolled parts to ``STORE/calls/``, removing each locally
+only once the store confirmed it. The proxy is configured through its environment variables and dies
+with the actor (PR_SET_PDEATHSIG), so a node that is killed leaves no proxy behind; its spool and parts
+stay on disk and are rolled and uploaded by the next proxy started on that host for the same store."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def run_dir(opts: dict[str, Any]) -> Path:
 
 
 class NodeProxy:
-    """The proxy and uploader of one node (a Ray actor: see `node_proxy`)."""
+    """The proxy of one node, uploading to the run's store (a Ray actor: see `node_proxy`)."""
 
     def __init__(self, opts: dict[str, Any]) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -77,20 +77,13 @@ class NodeProxy:
             "DFLASH_PROXY_DATA_DIR": str(self.dir),
             "DFLASH_PROXY_UPSTREAM_API": opts["upstream_api"],
             "DFLASH_PROXY_SEGMENT_MAX_AGE_S": str(opts["segment_max_age_s"]),
+            "DFLASH_PROXY_STORE_URL": self.store_url,
+            "DFLASH_PROXY_UPLOAD_POLL_S": str(opts["upload_poll_s"]),
+            "DFLASH_PROXY_UPLOAD_BACKOFF_MAX_S": str(opts["upload_backoff_max_s"]),
+            "DFLASH_PROXY_UPLOAD_DRAIN_S": str(opts["upload_drain_s"]),
         }
-        upload_env = {
-            "DFLASH_UPLOAD_DATA_DIR": str(self.dir),
-            "DFLASH_UPLOAD_STORE_URL": opts["store_url"],
-            "DFLASH_UPLOAD_POLL_S": str(opts["upload_poll_s"]),
-            "DFLASH_UPLOAD_BACKOFF_MAX_S": str(opts["upload_backoff_max_s"]),
-        }
-        tag = self.node_id[:12]
-        self._upload_env = {**env, **upload_env}
         self.proxy = self._start(
-            [sys.executable, "-m", "proxy", "serve"], {**env, **proxy_env}, f"proxy-{tag}"
-        )
-        self.uploader = self._start(
-            [sys.executable, "-m", "proxy.uploader"], {**env, **upload_env}, f"up-{tag}"
+            [sys.executable, "-m", "proxy", "serve"], {**env, **proxy_env}, f"proxy-{self.node_id[:12]}"
         )
         deadline = time.monotonic() + 120
         while True:
@@ -119,36 +112,25 @@ class NodeProxy:
                     return int(float(line.rsplit(" ", 1)[1]))
         return None
 
-    def shutdown(self, timeout_s: float = 60.0) -> dict[str, Any]:
-        """Stop the proxy (its last segment is rolled), then the uploader (a last drain)."""
-        codes = {}
-        for name, proc in (("proxy", self.proxy), ("uploader", self.uploader)):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout_s)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            codes[name] = proc.returncode
-        left = self._parts_left()
-        if left:
-            # The proxy's last roll can land just after the uploader's final sweep (both end on the same
-            # signal when the actor's parent dies): one more pass, in the foreground, before reporting.
-            once = [sys.executable, "-m", "proxy.uploader", "--once"]
-            log = self.dir / "logs" / f"up-{self.node_id[:12]}.log"
-            with log.open("ab") as out, contextlib.suppress(subprocess.TimeoutExpired):
-                subprocess.run(once, env=self._upload_env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s,
-                               check=False)  # fmt: skip
-            left = self._parts_left()
-        return {"node": self.node_id, "exit": codes, "parts_left": left, "logs": self._upload_logs()}
+    def shutdown(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Stop the proxy: calls in flight get its shutdown deadline, its last segment is rolled and its
+        uploader drains (within `upload_drain_s`); parts the store did not take stay for the next start."""
+        if self.proxy.poll() is None:
+            self.proxy.send_signal(signal.SIGTERM)
+            try:
+                self.proxy.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait()
+        return {"node": self.node_id, "exit": {"proxy": self.proxy.returncode}, "parts_left": self._parts_left(),
+                "logs": self._upload_logs()}  # fmt: skip
 
     def _parts_left(self) -> list[str]:
         calls = self.dir / "calls"
         return sorted(p.name for p in calls.glob("*.parquet")) if calls.exists() else []
 
     def _upload_logs(self) -> list[str]:
-        """This node's proxy and uploader logs, to STORE/logs/<node>/ (best effort: they stay on disk)."""
+        """This node's proxy log, to STORE/logs/<node>/ (best effort: it stays on disk)."""
         tag = self.node_id[:12]
         keys = []
         try:

@@ -67,8 +67,15 @@ class RayOptions(BaseSettings):
     segment_max_age_s: float = Field(
         default=10.0, gt=0, description="A node proxy rolls its spool this often."
     )
-    upload_poll_s: float = Field(default=1.0, gt=0, description="Seconds between a node uploader's looks.")
-    upload_backoff_max_s: float = Field(default=30.0, gt=0, description="Longest wait of a node uploader.")
+    upload_poll_s: float = Field(
+        default=1.0, gt=0, description="Seconds between a node proxy's looks for parts."
+    )
+    upload_backoff_max_s: float = Field(
+        default=30.0, gt=0, description="Longest wait between a node proxy's upload retries."
+    )
+    upload_drain_s: float = Field(
+        default=30.0, ge=0, description="How long a node proxy's last uploads may take when it stops."
+    )
     fake_calls: int = Field(default=2, ge=0, description="fake: calls per session through the node's proxy.")
     fake_sleep_s: float = Field(
         default=0.0, ge=0, description="fake: seconds a session lasts after its calls."
@@ -139,7 +146,7 @@ class RaySessionRunner:
         except (ValueError, ray.exceptions.RayError):
             return None  # no session placed there yet, or the node is going away
 
-    def close(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    def close(self, timeout_s: float = 180.0) -> list[dict[str, Any]]:
         """Stop every node proxy writing to this run's store (each rolls its spool and drains its uploads),
         those of an earlier driver of the same store started with other options included: a store is one
         run's home, and a killed driver's detached proxies would otherwise outlive it."""
