@@ -34,7 +34,7 @@ from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import RunnerArgs, SessionRunner
 from factory.run.runners import RAY_EGRESS, EgressOption, get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
-from factory.run.services import ServiceOptions, free_port, services
+from factory.run.services import ServiceOptions, free_port, services, upload_to_store
 from sandboxes.ledger import Ledger
 
 __all__ = ["HarvestOptions", "free_port", "run_harvest"]
@@ -76,7 +76,9 @@ class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
         description="Place the sessions on this Ray cluster (HEAD:6379) instead of this host (docs/factory.md).",
     )
     store_url: str | None = Field(
-        default=None, description="With --ray: where the nodes' calls land and the export reads (s3://…)."
+        default=None,
+        description="Where the calls and transcripts land and the export reads them (s3://…, gs://…, a folder); "
+        "with --ray, the nodes' store. Unset: DATA_DIR/calls.",
     )
 
     @model_validator(mode="after")
@@ -148,7 +150,7 @@ def _sessions_stage(
 ) -> dict[str, object]:
     """Services up → plan → sessions, with translation beside them; the services are stopped on the way out."""
     summary: dict[str, object] = {}
-    with services(opts, console, ledger) as (proxy, _target, model):
+    with services(opts, console, ledger, store_url=opts.store_url) as (proxy, _target, model):
         summary["target_model"] = model
         cfg = opts.plan_config()
         ps = plan(sessions, cfg)  # English sessions, and Korean ones of issues translated before
@@ -197,13 +199,15 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         summary |= _sessions_stage(opts, sessions, console, ledger)
         # the proxy is stopped: roll what it left in its spool, then export
         console.print(f"[bold]roll[/] {roll_spool(opts.data_dir)}", soft_wrap=True)
+        if opts.store_url:  # what the proxy could not upload before it stopped, and the transcripts
+            console.print(f"[bold]upload[/] {upload_to_store(opts.data_dir, opts.store_url)}", soft_wrap=True)
     out = opts.data_dir / "dataset"
     es = export(
         sessions,
         opts.data_dir,
         out,
         held_out=opts.held_out,
-        calls_url=opts.store_url if opts.ray else None,
+        calls_url=opts.store_url,
         target_model=summary.get("target_model"),
         progress=lambda line: console.print(f"export {line}", markup=False, soft_wrap=True),
     )

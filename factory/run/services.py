@@ -23,6 +23,7 @@ import httpx
 from pydantic import BaseModel, Field
 from rich.console import Console
 
+from records.storage import Store
 from sandboxes.ledger import Ledger
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -138,9 +139,10 @@ def _target(opts: ServiceOptions, console: Console, ledger: Ledger | None) -> tu
 
 @contextlib.contextmanager
 def services(
-    opts: ServiceOptions, console: Console, ledger: Ledger | None = None
+    opts: ServiceOptions, console: Console, ledger: Ledger | None = None, store_url: str | None = None
 ) -> Iterator[tuple[str, str, str]]:
-    """(proxy URL, target URL, model id); both stopped on exit."""
+    """(proxy URL, target URL, model id); both stopped on exit. With `store_url` the proxy uploads its
+    rolled parts there itself (what it could not upload by its exit: `upload_to_store`)."""
     started: list[Service] = []
     try:
         target, svc = _target(opts, console, ledger)
@@ -150,11 +152,13 @@ def services(
         pport = opts.proxy_port or free_port()
         proxy = f"http://127.0.0.1:{pport}"
         upstream_api = opts.upstream_api if opts.target_url else "chat"  # the stand-in speaks Chat only
-        console.print(
-            f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {opts.data_dir}/calls"
-        )
+        calls = f"{store_url}/calls" if store_url else f"{opts.data_dir}/calls"
+        console.print(f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {calls}")
         argv = [sys.executable, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1",
                 "--port", str(pport), "--data-dir", str(opts.data_dir), "--upstream-api", upstream_api]  # fmt: skip
+        if store_url:
+            # A short final drain: `stop` gives the proxy 30 s in all, and `upload_to_store` takes what is left.
+            argv += ["--store-url", store_url, "--upload-drain-s", "10"]
         if ledger is not None:
             ledger.set_spool(opts.data_dir / "spool")
         proxy_svc = Service("proxy", argv, f"{proxy}/healthz", opts.data_dir / "logs", ledger)
@@ -164,3 +168,40 @@ def services(
     finally:
         for s in reversed(started):
             s.stop()
+
+
+def upload_to_store(data_dir: Path, store_url: str) -> str:
+    """After the proxy stopped (and its spool was rolled): the parts still in DATA_DIR/calls go to the store
+    (`python -m proxy.uploader --once`, run as a program: the proxy owns its parts), and the transcripts to
+    STORE/transcripts/ under the keys the Ray nodes use (a copy: the database names the local files).
+    Raises StoreUnavailable when parts are left, so the export never reads a bucket that lacks calls."""
+    argv = [
+        sys.executable,
+        "-m",
+        "proxy.uploader",
+        "--data-dir",
+        str(data_dir),
+        "--store-url",
+        store_url,
+        "--once",
+    ]
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise StoreUnavailable(
+            f"calls could not all be uploaded to {store_url} ({r.stdout.strip() or r.stderr.strip()[-500:]}); "
+            f"they are safe in {data_dir}/calls: run `{' '.join(argv[1:])}` once the store answers, then "
+            f"`python -m factory export --calls-url {store_url}`"
+        )
+    root = data_dir / "transcripts"
+    transcripts = sorted(root.rglob("*.jsonl.zst")) if root.is_dir() else []
+    try:
+        store = Store.from_url(store_url)
+        for path in transcripts:
+            store.upload(path, f"transcripts/{path.relative_to(root).as_posix()}")
+    except Exception as exc:  # the calls are in the store; the transcripts stay in the data dir either way
+        return f"{r.stdout.strip()}; transcripts not uploaded ({type(exc).__name__}: {exc}), kept in {root}"
+    return f"{r.stdout.strip()}; {len(transcripts)} transcript(s) to {store_url}/transcripts"
+
+
+class StoreUnavailable(RuntimeError):
+    """Rolled parts could not be uploaded to the store (they stay in the data dir)."""
