@@ -20,7 +20,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -103,12 +103,16 @@ def assign(shards: Sequence[Shard], world: int) -> list[list[int]]:
 
 
 def stored_segments(
-    target: Target, units: Sequence[Unit], layer_ids: list[int], device: torch.device, taps_fn: Any
+    target: Target,
+    units: Sequence[Unit],
+    layer_ids: list[int],
+    device: torch.device,
+    taps_fn: Callable[[Unit], TapsFn] | None,
 ) -> list[cache.Stored]:
     """The shard's segments: one target pass per unit (its KV cache continued), split per segment."""
     out: list[cache.Stored] = []
     for unit in units:
-        fn: TapsFn | None = taps_fn(unit) if taps_fn else None
+        fn = taps_fn(unit) if taps_fn else None
         feats = unit_features(target, unit, layer_ids, device, fn)[0].cpu()
         at, first = 0, len(out)
         for k, seg in enumerate(unit.segments):
@@ -117,6 +121,19 @@ def stored_segments(
             out.append(cache.Stored(seg.seq.input_ids, seg.seq.loss_mask, seg.shared, prev, rows))
             at += seg.computed
     return out
+
+
+def server_taps(cfg: TrainConfig, target: Target, layer_ids: list[int]) -> Callable[[Unit], TapsFn] | None:
+    """With `feature_source: vllm`, each unit's taps asked of the server in one batch (None: in-process)."""
+    if cfg.feature_source != "vllm":
+        return None
+    source = make_source("vllm", target, vllm=cfg.vllm)
+
+    def unit_taps(unit: Unit) -> TapsFn:
+        segs = unit.segments
+        return step_taps(source, [s.seq.input_ids for s in segs], layer_ids, [s.shared for s in segs])
+
+    return unit_taps
 
 
 def check_space(
@@ -170,12 +187,7 @@ def features(
     todo = [s for s in shards if not done(out / s.name, s)]
     per_token = len(layer_ids) * target.hidden_size * DTYPES[dtype].itemsize
     check_space(acc, out, shards, todo, per_token, force)
-    taps_fn = None
-    if cfg.feature_source == "vllm":
-        source = make_source("vllm", target, vllm=cfg.vllm)
-        taps_fn = lambda u: step_taps(  # noqa: E731
-            source, [s.seq.input_ids for s in u.segments], layer_ids, [s.shared for s in u.segments]
-        )
+    taps_fn = server_taps(cfg, target, layer_ids)
     written, skipped, t0 = 0, 0, time.monotonic()
     mine = assign(shards, acc.num_processes)[acc.process_index]
     for n, i in enumerate(mine, 1):
