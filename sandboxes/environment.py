@@ -55,7 +55,7 @@ def prepare(
 ) -> Prepared:
     sha = resolve(repo, commit)
     plan = plan_for(repo, sha, setup=setup, test=test, language=language)
-    family = build_family(client, agents_image, plan.family)
+    family = build_family(client, agents_image, plan.family, settings.suite)
     egress = build_egress_image(client, settings)
     session_egress = egress if settings.egress == "registries" else None
     test_command = plan.test or None

@@ -4,7 +4,8 @@ A session pays only for its family's layer (the agents image below is shared). T
 packages, so a family builds from the same mirror as the base with no container registry; Go comes from
 bookworm-backports (1.19 in bookworm itself is too old for current modules) and Rust from Debian 12's
 `rustc-web`/`cargo-web` (1.85). What a repository needs on top (its dependencies) is installed by its
-environment image's setup, through the egress proxy.
+environment image's setup, through the egress proxy. On Debian 13 (`DFLASH_SANDBOX_SUITE=trixie`) two families
+differ (`SUITE_FAMILIES`): Go 1.24 is in trixie itself, and OpenJDK 17 is gone (21 is trixie's JDK).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import io
 import tarfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import docker
 
@@ -77,6 +78,27 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# Checked with `apt-cache policy` in a trixie base image: golang-go 1.24, openjdk-21-jdk-headless 21.0, and
+# rustc-web/cargo-web 1.96, python3 3.13, nodejs 20.19, cmake 3.31, maven 3.9.9 under the bookworm names.
+SUITE_FAMILIES: dict[str, dict[str, Family]] = {
+    "trixie": {
+        "go": replace(FAMILIES["go"], packages=("golang-go", "gcc", "libc6-dev"), backports=()),
+        "java": replace(
+            FAMILIES["java"],
+            packages=("openjdk-21-jdk-headless", "maven", "gradle"),
+            env={"JAVA_HOME": "/usr/lib/jvm/java-21-openjdk-amd64"},
+        ),
+    },
+}
+
+
+def family_for(name: str, suite: str = "bookworm") -> Family:
+    """The family's toolchain on the Debian `suite` of the base image (bookworm's where the suite adds none)."""
+    if name not in FAMILIES:
+        raise ValueError(f"unknown language family {name!r}; known: {', '.join(FAMILIES)}")
+    return SUITE_FAMILIES.get(suite, {}).get(name, FAMILIES[name])
+
+
 def dockerfile(family: Family) -> str:
     lines = ["ARG BASE", "FROM ${BASE}", "USER root"]
     install = ["apt-get update -q"]
@@ -104,11 +126,9 @@ def family_tag(agents: str, family: Family) -> str:
     return f"dflash-sandbox-{family.name}:{_digest({'agents': agents, 'dockerfile': dockerfile(family)})}"
 
 
-def build_family(client: docker.DockerClient, agents: str, name: str) -> str:
+def build_family(client: docker.DockerClient, agents: str, name: str, suite: str = "bookworm") -> str:
     """The family's image on `agents` (built once: the tag carries a hash of both)."""
-    if name not in FAMILIES:
-        raise ValueError(f"unknown language family {name!r}; known: {', '.join(FAMILIES)}")
-    family = FAMILIES[name]
+    family = family_for(name, suite)
     tag = family_tag(agents, family)
     with _BUILDING:
         if not _exists(client, tag):

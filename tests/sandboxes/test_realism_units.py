@@ -11,7 +11,7 @@ import pytest
 from sandboxes import testrun
 from sandboxes.detect import plan_for, split_hint
 from sandboxes.egress import REGISTRIES, parse_log, squid_conf
-from sandboxes.families import FAMILIES, dockerfile, family_tag
+from sandboxes.families import FAMILIES, dockerfile, family_for, family_tag
 from tests.sandboxes.conftest import git
 
 PYTEST_RA = """\
@@ -222,6 +222,25 @@ def test_family_images_differ_and_go_uses_backports() -> None:
     assert "python3 -m venv --system-site-packages /opt/venv" in dockerfile(FAMILIES["python"])
     # The Dockerfile is the tag's input: a changed package list gives a new tag.
     assert family_tag("agents:1", FAMILIES["cpp"]) != family_tag("agents:2", FAMILIES["cpp"])
+
+
+def test_trixie_families_take_go_from_the_suite_and_openjdk_21() -> None:
+    """Debian 13: golang-go 1.24 is in trixie itself, OpenJDK 17 is gone (names checked with apt-cache there)."""
+    go = dockerfile(family_for("go", "trixie"))
+    assert "backports" not in go
+    assert "golang-go" in go
+    assert "GOTOOLCHAIN" in go
+    java = family_for("java", "trixie")
+    assert "openjdk-21-jdk-headless" in java.packages
+    assert java.env["JAVA_HOME"].endswith("java-21-openjdk-amd64")
+    for same in ("python", "node", "rust", "cpp"):
+        assert family_for(same, "trixie") == FAMILIES[same]
+    # bookworm's (and an unknown suite's) families are the ones whose images already exist: same tags.
+    assert all(family_for(name, "bookworm") is FAMILIES[name] for name in FAMILIES)
+    assert family_for("go", "sid") is FAMILIES["go"]
+    assert family_tag("agents:1", family_for("go", "trixie")) != family_tag("agents:1", FAMILIES["go"])
+    with pytest.raises(ValueError, match="unknown language family 'cobol'"):
+        family_for("cobol")
 
 
 def test_unknown_git_revision_is_a_clear_error(tmp_path: Path) -> None:
