@@ -179,7 +179,13 @@ def features(
         raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    target = load(cfg, acc, DTYPES[dtype], target)
+    # the data build and the estimate need only the tokenizer, the config and the shared weights: a target
+    # of any size is refused for space in seconds, before its layers are read (and not at all when done)
+    light = target is None and Path(cfg.target).is_dir()
+    if light:
+        target = load_shared_weights(cfg.target, dtype=DTYPES[dtype], device=acc.device)
+    else:
+        target = load(cfg, acc, DTYPES[dtype], target)
     seqs = sequences(acc, cfg, out, data_dir, target)
     layer_ids = list(cfg.target_layer_ids or default_target_layer_ids(target.num_layers, cfg.num_layers))
     units = [u for split in seqs for u in session_units(split, share=cfg.prefix_sharing)]
@@ -188,19 +194,18 @@ def features(
     per_token = len(layer_ids) * target.hidden_size * DTYPES[dtype].itemsize
     check_space(acc, out, shards, todo, per_token, force)
     taps_fn = server_taps(cfg, target, layer_ids)
-    written, skipped, t0 = 0, 0, time.monotonic()
-    mine = assign(shards, acc.num_processes)[acc.process_index]
-    for n, i in enumerate(mine, 1):
-        shard = shards[i]
-        if done(out / shard.name, shard):
-            skipped += 1
-            continue
+    assigned = [shards[i] for i in assign(shards, acc.num_processes)[acc.process_index]]
+    pending = {s.name for s in todo}
+    mine = [s for s in assigned if s.name in pending]
+    if light and taps_fn is None and mine:
+        target = load(cfg, acc, DTYPES[dtype], None)  # the whole target: this rank computes
+    for n, shard in enumerate(mine, 1):
+        t0 = time.monotonic()
         segments = stored_segments(target, shard.units, layer_ids, acc.device, taps_fn)
         cache.write_shard(out / shard.name, segments, layer_ids, shard.plan, acc.process_index)
-        written += 1
         typer.echo(  # one plain line per shard and rank (a log file, a Slurm output)
-            f"[rank {acc.process_index}] {shard.name}: {shard.tokens:,} tokens, {n}/{len(mine)} of this "
-            f"rank's shards, {time.monotonic() - t0:.0f}s"
+            f"[rank {acc.process_index}] {shard.name}: {shard.tokens:,} tokens in "
+            f"{time.monotonic() - t0:.0f}s, {n}/{len(mine)} of this rank's shards to write"
         )
     acc.wait_for_everyone()
     manifest: dict[str, Any] = {}
@@ -208,7 +213,7 @@ def features(
         provenance = {"target": cfg.target, "data": cfg.data, "prefix_sharing": cfg.prefix_sharing}
         manifest = cache.write_manifest(out, [s.name for s in shards], layer_ids, config=provenance)
     acc.wait_for_everyone()
-    return {**manifest, "written": written, "skipped": skipped}
+    return {**manifest, "written": len(mine), "skipped": len(assigned) - len(mine)}
 
 
 def done(path: Path, shard: Shard) -> bool:
@@ -223,12 +228,10 @@ def done(path: Path, shard: Shard) -> bool:
 
 
 def load(cfg: TrainConfig, acc: Accelerator, dtype: torch.dtype, target: Target | None) -> Target:
-    """The whole target straight onto this rank's device in `dtype` (no float32 CPU copy); with the vllm
-    source only what the shapes and the final-layer check need."""
+    """The whole target straight onto this rank's device in `dtype` (no float32 CPU copy), or sharded
+    over the GPUs with `target_device_map`."""
     if target is not None:
         target.model.to(acc.device, dtype=dtype)
-    elif cfg.feature_source == "vllm" and Path(cfg.target).is_dir():
-        target = load_shared_weights(cfg.target, dtype=dtype, device=acc.device)
     else:
         target = load_target(cfg.target, dtype=dtype, device=acc.device, device_map=cfg.target_device_map)
     target.model.requires_grad_(False)

@@ -171,13 +171,21 @@ def test_more_than_the_free_space_is_refused_without_force(
 ) -> None:
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(features_mod.shutil, "disk_usage", lambda _: usage._replace(free=1000))
+    loaded: list[str] = []
+    real = features_mod.load_target
+    monkeypatch.setattr(
+        features_mod, "load_target", lambda spec, **kw: loaded.append(spec) or real(spec, **kw)
+    )
     cfg = config(model_dir, calls, tmp_path / "runs")
     with pytest.raises(SystemExit, match="pass --force"):
         features(cfg, tmp_path / "f")
-    # the estimate came first: target tokens x taps x hidden x bytes of the dtype
+    # the estimate came first (target tokens x taps x hidden x bytes of the dtype), before the target's
+    # layers were read
     assert f"x {len(TAPS) * 64 * 2:,} bytes" in capsys.readouterr().out
+    assert not loaded
     assert not list((tmp_path / "f").glob("shard-*"))
     assert features(cfg, tmp_path / "f", force=True)["written"] >= 1
+    assert loaded == [str(model_dir)]
 
 
 @pytest.mark.slow
