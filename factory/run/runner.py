@@ -177,6 +177,7 @@ class Runner:
                     number=c.issue_number,
                     title=c.title,
                     body=c.body,
+                    test_command=c.test_command,
                 ),
                 proxy_url=self.cfg.proxy_url,
                 setup_hint=c.setup_hint,

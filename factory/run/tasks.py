@@ -21,13 +21,26 @@ _KO = """지금 작업 중인 디렉터리는 {repo} 저장소({language})를 �
 """
 
 _SETUP = {"en": "Setup hint: {hint}\n", "ko": "설치/테스트 방법: {hint}\n"}
+# The repository's own test command (repos.yaml `test:`), the one the session's outcome is measured with:
+# a real contributor is told how the project runs its tests.
+_TEST = {"en": "Run the tests with: {test}\n", "ko": "테스트 실행 방법: {test}\n"}
 
 
 def build_task(
-    *, lang: str, repo: str, language: str, setup_hint: str | None, number: int, title: str, body: str
+    *,
+    lang: str,
+    repo: str,
+    language: str,
+    setup_hint: str | None,
+    number: int,
+    title: str,
+    body: str,
+    test_command: str | None = None,
 ) -> str:
     template = _KO if lang == "ko" else _EN
     setup = _SETUP.get(lang, _SETUP["en"]).format(hint=setup_hint) if setup_hint else ""
+    if test_command:
+        setup += _TEST.get(lang, _TEST["en"]).format(test=test_command)
     return template.format(
         repo=repo, language=language, setup=setup, number=number, title=title.strip(), body=body.strip()
     )

@@ -17,6 +17,7 @@ from factory.run import queue
 from factory.run.plan import PlanConfig, plan
 from factory.run.runner_types import SessionSpec
 from factory.run.sandbox_runner import session_commands
+from factory.run.tasks import build_task
 from sandboxes.detect import plan_for
 
 ENTRY = {"name": "a/b", "language": "JavaScript", "license": "MIT"}
@@ -93,3 +94,14 @@ def test_the_session_runs_the_test_command_over_the_hint_and_detection(tmp_path:
     assert chosen == ("npm install", "node test.js")
     got = plan_for(repo, sha, setup=chosen[0], test=chosen[1], language="JavaScript")
     assert (got.family, got.setup, got.test) == ("node", "npm install", "node test.js")
+
+
+def test_the_agents_task_names_the_test_command_in_its_language() -> None:
+    args = {"repo": "a/b", "language": "Python", "setup_hint": None, "number": 1, "title": "t", "body": "b"}
+    assert "Run the tests with: pytest -q tests\n" in build_task(
+        lang="en", test_command="pytest -q tests", **args
+    )
+    assert "테스트 실행 방법: pytest -q tests\n" in build_task(
+        lang="ko", test_command="pytest -q tests", **args
+    )
+    assert "Run the tests" not in build_task(lang="en", **args)
