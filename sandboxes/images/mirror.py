@@ -27,12 +27,34 @@ def parse_sources(text: str, suite: str | None = None) -> list[str]:
     return [u for u in found if urlsplit(u).scheme in ("http", "https")]
 
 
+# Debian's release names: an archive that serves one of them serves every other release too (the same
+# `dists/` tree), so a host on bookworm can build a trixie base from its own mirror.
+RELEASES = {
+    "bullseye",
+    "bookworm",
+    "trixie",
+    "forky",
+    "duke",
+    "sid",
+    "oldstable",
+    "stable",
+    "testing",
+    "unstable",
+}
+
+
 def host_mirror(suite: str, root: Path = Path("/")) -> str:
-    """The first mirror the host's own apt sources name for `suite`."""
+    """The first mirror the host's own apt sources name for `suite`, else the host's Debian archive (a
+    source of one of Debian's releases, not of its -updates or -security suites)."""
     files = [root / "etc/apt/sources.list", *sorted((root / "etc/apt/sources.list.d").glob("*"))]
-    for path in files:
-        if path.is_file() and path.suffix in ("", ".list", ".sources"):
-            mirrors = parse_sources(path.read_text(errors="replace"), suite)
+    texts = [
+        p.read_text(errors="replace") for p in files if p.is_file() and p.suffix in ("", ".list", ".sources")
+    ]
+    for want in [suite, *sorted(RELEASES)]:
+        for text in texts:
+            mirrors = parse_sources(text, want)
             if mirrors:
                 return mirrors[0]
-    raise RuntimeError(f"no apt source for suite {suite!r} under {root}/etc/apt; set DFLASH_SANDBOX_MIRROR")
+    raise RuntimeError(
+        f"no Debian apt source under {root}/etc/apt to build {suite!r}; set DFLASH_SANDBOX_MIRROR"
+    )

@@ -31,6 +31,11 @@ def test_host_mirror_reads_a_root(tmp_path: Path) -> None:
         "URIs: http://a.example/d\nSuites: trixie\n"
     )
     assert host_mirror("trixie", tmp_path) == "http://a.example/d"
+    # A release the host's sources do not name comes from the host's Debian archive (it serves them all).
+    assert host_mirror("bookworm", tmp_path) == "http://a.example/d"
+    (tmp_path / "etc/apt/sources.list.d/debian.sources").write_text(
+        "URIs: http://s.example/sec\nSuites: trixie-security\n\nURIs: https://n.example/x\nSuites: nodistro\n"
+    )
     with pytest.raises(RuntimeError, match="DFLASH_SANDBOX_MIRROR"):
         host_mirror("bookworm", tmp_path)
 
