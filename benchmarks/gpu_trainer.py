@@ -2,7 +2,9 @@
 
 For synthetic sequences of 4k, 16k and 32k tokens (the last quarter supervised) it measures:
 
-- features tokens/s: the frozen target's forward with the five taps (bf16, no grad);
+- features tokens/s: the frozen target's forward with the five taps (bf16, no grad); and what
+  `python -m trainer features` adds to it: storing them as a shard (`trainer.sources.cache`, MiB and
+  seconds) and reading them back as a training step does (seconds);
 - training tokens/s: one DFlash training step of a 5-layer drafter (512 anchors, block 16, bf16 autocast,
   AdamW) on those features, as context tokens per second of step; and end to end (features + step);
 - peak GPU memory of the step (``torch.cuda.max_memory_allocated``);
@@ -23,7 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +40,7 @@ from trainer.dflash import layout as L
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import dflash_loss, use_flex_attention
+from trainer.sources import cache
 
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen3-8b": dict(
@@ -105,6 +110,7 @@ def one_length(
     taps = target.tap(ids[None], drafter.target_layer_ids)
     sync(device)
     t_feat = time.perf_counter() - t0
+    stored = store_and_read(taps[0], ids.tolist(), mask.tolist(), drafter.target_layer_ids)
     flex = use_flex_attention(device)
     weights = H.loss_weights(drafter.block_size, H.default_gamma(drafter.block_size), device=device)
     times = []
@@ -139,6 +145,7 @@ def one_length(
     return {
         "tokens": n,
         "features_tok_s": round(n / t_feat, 1),
+        **stored,
         "train_step_s": round(step, 3),
         "first_step_s": round(times[0], 3),
         "train_tok_s": round(n / step, 1),
@@ -149,6 +156,28 @@ def one_length(
         "attention": "flex (compiled, block mask)" if flex else "sdpa (dense mask)",
         "loss": round(float(out.loss.detach()), 4),
     }
+
+
+def store_and_read(
+    taps: torch.Tensor, ids: list[int], mask: list[int], layer_ids: list[int]
+) -> dict[str, Any]:
+    """The sequence's taps written as `trainer features` writes a shard, then read back by its ids."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        t0 = time.perf_counter()
+        name = cache.shard_name(0, 1)
+        cache.write_shard(root / name, [cache.Stored(ids, mask, 0, None, taps)], layer_ids, "bench", 0)
+        cache.write_manifest(root, [name], layer_ids)
+        t_store = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        back = cache.CacheSource(root).taps_many([ids], layer_ids)[0]
+        t_read = time.perf_counter() - t0
+        assert back.shape == taps.shape
+        return {
+            "stored_mib": round((root / name).stat().st_size / 2**20, 1),
+            "store_s": round(t_store, 3),
+            "read_s": round(t_read, 3),
+        }
 
 
 def main() -> None:
