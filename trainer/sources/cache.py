@@ -67,9 +67,8 @@ def write_shard(
             raise FeatureError(
                 f"segment {j}: {s.taps.shape[0]} feature rows for {len(s.ids) - s.shared} positions"
             )
-        tensors[f"{j}.taps"] = (
-            s.taps.detach().cpu().clone()
-        )  # views of one tensor: safetensors refuses shared storage
+        # a copy: segments are often views of one unit's tensor, and safetensors refuses shared storage
+        tensors[f"{j}.taps"] = s.taps.detach().cpu().clone()
         tensors[f"{j}.ids"] = torch.tensor(s.ids, dtype=torch.int32)
         tensors[f"{j}.mask"] = torch.tensor(s.mask, dtype=torch.uint8)
         meta.append({"key": key(s.ids), "length": len(s.ids), "shared": s.shared, "prev": s.prev})
