@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from trainer.dflash.attention import DocumentMask, QueryGroup
+
 UNBOUNDED = 2**62
 
 
@@ -105,14 +107,42 @@ def _limits(anchors: torch.Tensor, block_size: int, layout: Layout) -> tuple[tor
     return layout.seg[q_anchor], layout.pos[q_anchor]
 
 
+def _mask(
+    q_seg: torch.Tensor, q_pos: torch.Tensor, block_size: int, layout: Layout, k0: int, k1: int
+) -> torch.Tensor:
+    """[Q, (k1 - k0) + Q] bool: these queries against context positions k0:k1 and their own blocks."""
+    seg, pos = layout.seg[k0:k1], layout.pos[k0:k1]
+    limit = torch.minimum(layout.share[seg[None, :], q_seg[:, None]], q_pos[:, None])  # [Q, k1 - k0]
+    q_block = torch.arange(q_seg.numel(), device=q_seg.device) // block_size
+    return torch.cat([pos[None, :] < limit, q_block[:, None] == q_block[None, :]], dim=1)
+
+
 def attention_mask(anchors: torch.Tensor, block_size: int, layout: Layout) -> torch.Tensor:
     """[A*B, T + A*B] bool (True = may attend): the context rule above, and each block's own slots."""
     q_seg, q_pos = _limits(anchors, block_size, layout)
-    limit = torch.minimum(layout.share[layout.seg[None, :], q_seg[:, None]], q_pos[:, None])  # [A*B, T]
-    ctx = layout.pos[None, :] < limit
-    q_block = torch.arange(anchors.numel() * block_size, device=anchors.device) // block_size
-    own = q_block[:, None] == q_block[None, :]
-    return torch.cat([ctx, own], dim=1)
+    return _mask(q_seg, q_pos, block_size, layout, 0, layout.length)
+
+
+def document_mask(anchors: torch.Tensor, block_size: int, layout: Layout) -> DocumentMask:
+    """:func:`attention_mask` kept per segment (the dense path's form of a packed step): the blocks of
+    segment c are scored only against the context range spanning the segments c may see
+    (``share[k, c] > 0``: c itself and the earlier segments of its unit), never against the rest of
+    the step, so a packed step costs what its segments cost one at a time. ``anchors`` sorted."""
+    if anchors.numel() > 1 and bool((anchors[1:] < anchors[:-1]).any()):
+        raise ValueError("anchors must be sorted: each segment's blocks are one run of queries")
+    q_seg, q_pos = _limits(anchors, block_size, layout)
+    ends = torch.cumsum(torch.bincount(layout.seg, minlength=layout.share.shape[0]), 0).tolist()
+    starts = [0, *ends[:-1]]
+    segs, counts = torch.unique_consecutive(layout.seg[anchors], return_counts=True)
+    groups, q0 = [], 0
+    for c, n in zip(segs.tolist(), counts.tolist(), strict=True):
+        seen = torch.nonzero(layout.share[:, c] > 0).flatten().tolist()
+        k0, k1 = min(starts[k] for k in seen), max(ends[k] for k in seen)
+        q1 = q0 + n * block_size
+        mask = _mask(q_seg[q0:q1], q_pos[q0:q1], block_size, layout, k0, k1)
+        groups.append(QueryGroup(q0, q1, k0, k1, mask))
+        q0 = q1
+    return DocumentMask(groups)
 
 
 def mask_mod(anchors: torch.Tensor, block_size: int, layout: Layout) -> Callable[..., Any]:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.attention.flex_attention import flex_attention
@@ -33,6 +32,7 @@ from transformers.activations import ACT2FN
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
 from trainer.dflash import config as dcfg
+from trainer.dflash.attention import DocumentMask, dense_attention
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -84,27 +84,6 @@ def _flex_attention(device: torch.device):  # type: ignore[no-untyped-def]
     return _COMPILED_FLEX["cuda"]
 
 
-# Queries per dense-attention call: the score matrix of one call is heads x QUERY_CHUNK x keys, so a long
-# context with many anchors (32k tokens x 512 blocks) stays within memory. Rows are independent
-# (a softmax per query), so chunking changes nothing but the peak.
-QUERY_CHUNK = 1024
-
-
-def _dense_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
-) -> torch.Tensor:
-    q_len = q.shape[2]
-    if q_len <= QUERY_CHUNK:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    parts = []
-    for s in range(0, q_len, QUERY_CHUNK):
-        m = mask[s : s + QUERY_CHUNK] if mask is not None else None
-        parts.append(
-            F.scaled_dot_product_attention(q[:, :, s : s + QUERY_CHUNK], k, v, attn_mask=m, scale=scale)
-        )
-    return torch.cat(parts, dim=2)
-
-
 @dataclass
 class DraftCache:
     """Per-layer K/V of the context features seen so far (already normed and rotated), for decoding."""
@@ -144,7 +123,7 @@ class DFlashAttention(nn.Module):
         ctx: torch.Tensor,  # [b, C, H] context features (hidden_norm(fc(taps))), C may be 0
         rope_q: tuple[torch.Tensor, torch.Tensor],  # cos/sin [b, Q, d]
         rope_ctx: tuple[torch.Tensor, torch.Tensor],  # cos/sin [b, C, d]
-        mask: torch.Tensor | object | None,  # [Q, P+C+Q] bool, a flex BlockMask, or None = see everything
+        mask: torch.Tensor | object | None,  # [Q, P+C+Q] bool, a DocumentMask, a flex BlockMask, None = all
         style: str,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,  # cached context K/V [b, kvh, P, d]
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
@@ -158,14 +137,14 @@ class DFlashAttention(nn.Module):
         k_blk, v_blk = self._kv(x, *rope_q, style)
         k = torch.cat([k_ctx, k_blk], dim=2)
         v = torch.cat([v_ctx, v_blk], dim=2)
-        if mask is not None and not isinstance(mask, torch.Tensor):
+        if mask is not None and not isinstance(mask, torch.Tensor | DocumentMask):
             out = _flex_attention(q.device)(q, k, v, block_mask=mask, scale=self.scaling, enable_gqa=True)
         else:
             rep = self.num_heads // self.num_kv_heads
             if rep > 1:
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
-            out = _dense_attention(q, k, v, mask, self.scaling)
+            out = dense_attention(q, k, v, mask, self.scaling)
         out = out.transpose(1, 2).reshape(b, q_len, -1)
         return self.o_proj(out), (k_ctx, v_ctx)
 

@@ -72,17 +72,18 @@ def dflash_loss(
     dev = taps.device
     blk = H.block_input_ids(input_ids, anchors, b, mask_token_id)
     noise = F.embedding(blk, embed_weight).reshape(1, a * b, -1).to(taps.dtype)
-    mask: torch.Tensor | BlockMask
+    mask: torch.Tensor | L.DocumentMask | BlockMask
     if layout is None:
         pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
         mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
         labels, valid = H.block_labels(input_ids, loss_mask, anchors, b)
     else:
         pos = torch.cat([layout.pos, L.block_positions(anchors, b, layout).flatten()])[None]
+        # dense (CPU): per segment, so the packed step's other documents are never scored
         mask = (
             _create(L.mask_mod(anchors, b, layout), a * b, t, dev)
             if flex
-            else L.attention_mask(anchors, b, layout)
+            else L.document_mask(anchors, b, layout)
         )
         labels, valid = L.block_labels(input_ids, loss_mask, anchors, b, layout)
     hidden = drafter(noise, taps, pos, mask)  # [1, A*B, H]

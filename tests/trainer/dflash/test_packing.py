@@ -7,9 +7,9 @@ import torch
 from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
 from trainer.data.build import Sequence
 from trainer.data.units import Segment, Unit, pack, session_units
+from trainer.dflash import attention as A
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
-from trainer.dflash import model as M
 from trainer.dflash.objective import dflash_loss
 from trainer.packed import make_step, unit_features
 
@@ -152,6 +152,79 @@ def test_dense_attention_in_query_chunks_is_the_same(monkeypatch) -> None:  # ty
     taps = target.tap(ids[None], drafter.target_layer_ids)
     anchors = torch.arange(10, 58, 2)  # 24 blocks = 96 queries
     whole = _loss(drafter, target, taps, ids, mask, anchors)
-    monkeypatch.setattr(M, "QUERY_CHUNK", 8)  # 12 chunks of two blocks
+    monkeypatch.setattr(A, "QUERY_CHUNK", 8)  # 12 chunks of two blocks
     chunked = _loss(drafter, target, taps, ids, mask, anchors)
     assert torch.allclose(whole.loss, chunked.loss, atol=1e-6)
+
+
+def _three_documents(target, drafter):  # type: ignore[no-untyped-def]
+    """A packed step of a re-rendered pair of calls (one unit, 38 shared tokens) and another session, with
+    anchors in each call: (step, packed anchors, [(call, its anchors in its own positions)])."""
+    system, turn1, reply1 = _ids(30, 3), _ids(8, 4), _ids(10, 5)
+    first = _seq(system + turn1 + reply1, 38, "s")
+    second = _seq([*system, *turn1, 7, 7, *reply1[2:], *_ids(18, 6)], 50, "s")
+    other = _seq(_ids(30, 8), 10, "t")
+    step = make_step(
+        target, session_units([first, second, other]), drafter.target_layer_ids, torch.device("cpu")
+    )
+    calls = [
+        (first, torch.tensor([38, 42, 46])),
+        (second, torch.tensor([50, 55, 61])),
+        (other, torch.tensor([10, 20, 28])),
+    ]
+    offsets = [0, len(first.input_ids) - 38, len(first.input_ids) + len(second.input_ids) - 38]
+    packed = torch.cat([anc + off for (_, anc), off in zip(calls, offsets, strict=True)])
+    return step, packed, calls
+
+
+def test_the_per_document_mask_is_the_whole_mask_without_the_other_documents() -> None:
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    step, anchors, _ = _three_documents(target, drafter)
+    whole = L.attention_mask(anchors, B, step.layout)  # [Q, T + Q]
+    doc = L.document_mask(anchors, B, step.layout)
+    t, scored = step.layout.length, 0
+    assert [(g.q0, g.q1) for g in doc.groups] == [(0, 12), (12, 24), (24, 36)]  # one group per call
+    for g in doc.groups:
+        rows = whole[g.q0 : g.q1]
+        keys = torch.cat([torch.arange(g.k0, g.k1), t + torch.arange(g.q0, g.q1)])
+        assert torch.equal(g.mask, rows[:, keys])  # the same rule inside the group's keys ...
+        outside = torch.ones(t + whole.shape[0], dtype=torch.bool)
+        outside[keys] = False
+        assert not rows[:, outside].any()  # ... and nothing it may see outside them
+        scored += g.mask.numel()
+    assert scored < whole.numel() / 2  # the point: the other documents are not scored
+    # the second call reads the first call's shared prefix: its group spans both calls' positions
+    assert (doc.groups[1].k0, doc.groups[1].k1) == (0, step.layout.length - 30)
+    # through the drafter: the same block hidden states as with the whole mask
+    noise = torch.randn(1, anchors.numel() * B, 64, generator=torch.Generator().manual_seed(0))
+    pos = torch.cat([step.layout.pos, L.block_positions(anchors, B, step.layout).flatten()])[None]
+    with torch.no_grad():
+        a, b = drafter(noise, step.taps, pos, whole), drafter(noise, step.taps, pos, doc)
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_a_packed_step_has_the_loss_and_gradients_of_its_documents_computed_one_at_a_time() -> None:
+    """The dense (CPU) packed step attends per document; the loss is still one per step, normalised per
+    label over the whole step: equal to the label-weighted mean of each call alone on its full context,
+    and so are the drafter's gradients."""
+    target = tiny_target()
+    target.model.requires_grad_(False)
+    drafter = tiny_drafter(target, block_size=B)
+    step, anchors, calls = _three_documents(target, drafter)
+    packed = _loss(drafter, target, step.taps, step.input_ids, step.loss_mask, anchors, step.layout)
+    packed.loss.backward()
+    grads = {n: p.grad.clone() for n, p in drafter.named_parameters() if p.grad is not None}
+    drafter.zero_grad(set_to_none=True)
+    alone = []
+    for call, anc in calls:
+        ids, mask = torch.tensor(call.input_ids), torch.tensor(call.loss_mask)
+        alone.append(_loss(drafter, target, target.tap(ids[None], drafter.target_layer_ids), ids, mask, anc))
+    total = sum(out.weight for out in alone)
+    expected = sum(out.loss * out.weight for out in alone) / total
+    expected.backward()
+    assert torch.allclose(packed.loss, expected, atol=1e-5)
+    assert torch.equal(packed.total, sum(out.total for out in alone))
+    assert grads.keys() == {n for n, p in drafter.named_parameters() if p.grad is not None}
+    for name, p in drafter.named_parameters():
+        assert torch.allclose(grads[name], p.grad, atol=1e-5, rtol=1e-4), name
