@@ -3,9 +3,10 @@
 Every issue gets English sessions; Korean ones exist only where a translation was accepted, so the
 languages come out (close to) 50/50. Weights below 1 keep that fraction of the combinations, chosen
 by a seeded hash, so a plan is deterministic under its seed and re-planning only adds what is new.
-The claim order (`priority`) is a seeded shuffle of issues in which each issue's combinations sit
-next to each other in a rotated order: the first few sessions of any plan already cover every agent
-and both languages. `require_fix` plans only issues whose fix (pull request or commit) the harvester recorded."""
+The claim order (`priority`) goes round the issues: first one session of every issue (issues in a
+seeded shuffle), then a second of every issue, and so on; the k-th issue of the shuffle starts at the
+k-th (language, agent) combination. So a run stopped after a few sessions already spans many issues
+and repositories (a held-out split by repository needs two) and covers every agent and both languages. `require_fix` plans only issues whose fix (pull request or commit) the harvester recorded."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from factory.db import Issue, Repo, Session, Translation
 
 AGENTS = ("claude-code", "codex", "opencode")
 LANGS = ("en", "ko")
-_SLOTS = 16  # combinations per issue the priority can interleave (agents × langs ≤ 16)
+_ROUND = 2**48  # one round of the claim order: an issue's rank (48 bits) + round × _ROUND fits a BigInteger
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,6 @@ class PlanConfig:
             )
         if any(not 0 <= w <= 1 for w in (*self.agents.values(), *self.langs.values())):
             raise ValueError("weights are fractions in [0, 1]")
-        if len(self.agents) * len(self.langs) > _SLOTS:
-            raise ValueError("too many combinations")
 
 
 def parse_mix(text: str, allowed: tuple[str, ...]) -> dict[str, float]:
@@ -132,13 +131,12 @@ def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool =
         ).all()
         summary.issues, summary.translated = len(rows), len(ko_ok)
         new: list[Session] = []
-        for issue_id, number, repo, fix in rows:
-            if cfg.require_fix and not fix:  # NULL, or JSON null: the timeline named no fix
-                summary.without_fix += 1
-                continue
-            key = f"{repo.lower()}#{number}"
-            rank = _issue_rank(cfg.seed, key)
-            offset = rank % max(1, len(combos))
+        kept = [r for r in rows if not cfg.require_fix or r.fix]  # NULL, or JSON null: no fix named
+        summary.without_fix = len(rows) - len(kept)
+        keyed = [(f"{r.name.lower()}#{r.number}", r) for r in kept]
+        keyed.sort(key=lambda kr: (_issue_rank(cfg.seed, kr[0]), kr[1].id))
+        for index, (key, (issue_id, number, repo, _fix)) in enumerate(keyed):
+            rank, offset = _issue_rank(cfg.seed, key), index % max(1, len(combos))
             for i, (lang, agent) in enumerate(combos):
                 if lang == "ko" and issue_id not in ko_ok:
                     continue
@@ -149,7 +147,7 @@ def plan(sessions: sessionmaker[OrmSession], cfg: PlanConfig, *, dry_run: bool =
                     continue
                 slot = (i - offset) % len(combos)
                 new.append(
-                    Session(id=sid, issue_id=issue_id, lang=lang, agent=agent, priority=rank * _SLOTS + slot)
+                    Session(id=sid, issue_id=issue_id, lang=lang, agent=agent, priority=slot * _ROUND + rank)
                 )
                 existing.add(sid)
         summary.added = len(new)

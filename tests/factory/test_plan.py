@@ -3,7 +3,7 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
-from factory.db import Session, connect, session_factory
+from factory.db import Issue, Repo, Session, connect, session_factory
 from factory.run.plan import PlanConfig, parse_mix, plan
 
 from .helpers import seed
@@ -33,6 +33,25 @@ def test_first_six_claims_cover_every_agent_and_language(tmp_path, sqlite_url):
     with sessions() as s:
         first = s.execute(select(Session.lang, Session.agent).order_by(Session.priority).limit(6)).all()
     assert set(first) == {(lang, a) for lang in ("en", "ko") for a in ("claude-code", "codex", "opencode")}
+
+
+def test_the_claim_order_goes_round_the_issues_and_repositories(tmp_path, sqlite_url):
+    """A run stopped after a few sessions spans many issues and repositories (a by-repository held-out
+    split needs two): one session of every issue before a second of any."""
+    sessions = session_factory(connect(sqlite_url))
+    seed(sessions, tmp_path / "repo", repos=3, issues=4)
+    plan(sessions, PlanConfig(seed=3))
+    with sessions() as s:
+        order = s.execute(
+            select(Session.issue_id, Session.lang, Session.agent).order_by(Session.priority)
+        ).all()
+        repo_of = dict(s.execute(select(Issue.id, Repo.name).join(Repo)).all())
+    n_issues = len(repo_of)
+    assert n_issues == 12
+    assert len({issue for issue, _, _ in order[:n_issues]}) == n_issues
+    assert len({repo_of[issue] for issue, _, _ in order[:3]}) >= 2
+    # Each round gives every issue another combination: no issue sees one (language, agent) twice.
+    assert len(set(order)) == len(order) == n_issues * 6
 
 
 def test_deterministic_under_seed_and_weights(tmp_path):
