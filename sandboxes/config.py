@@ -15,7 +15,9 @@ class SandboxSettings(BaseSettings):
     # Images. With `base_image` set (e.g. a registry's Debian image) it is pulled; otherwise the base is built
     # locally with debootstrap from the host's own Debian mirror (`mirror`, read from /etc/apt when unset).
     base_image: str | None = None
-    suite: str = "bookworm"
+    # Debian 13: Python 3.13, Node 20, Go 1.24, Rust 1.96, OpenJDK 21 in the toolchain families (bookworm's
+    # are older; `bookworm` still builds, with Go from backports and OpenJDK 17).
+    suite: str = "trixie"
     mirror: str | None = None
     image_repo: str = "dflash-sandbox"
     # Extra CA certificates copied into the agents image: users behind TLS-inspecting proxies need them.

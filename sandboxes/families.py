@@ -1,11 +1,11 @@
 """Toolchain images, one per language family, each a thin layer on the agents image.
 
 A session pays only for its family's layer (the agents image below is shared). Toolchains are Debian's
-packages, so a family builds from the same mirror as the base with no container registry; Go comes from
-bookworm-backports (1.19 in bookworm itself is too old for current modules) and Rust from Debian 12's
-`rustc-web`/`cargo-web` (1.85). What a repository needs on top (its dependencies) is installed by its
-environment image's setup, through the egress proxy. On Debian 13 (`DFLASH_SANDBOX_SUITE=trixie`) two families
-differ (`SUITE_FAMILIES`): Go 1.24 is in trixie itself, and OpenJDK 17 is gone (21 is trixie's JDK).
+packages, so a family builds from the same mirror as the base with no container registry. The default base
+is Debian 13 (trixie): Python 3.13, Node 20, Go 1.24, rustc/cargo 1.96 (`rustc-web`), OpenJDK 21. `FAMILIES`
+names the packages as Debian 12 (bookworm) has them, where Go comes from bookworm-backports (bookworm's own
+1.19 is too old for current modules); `SUITE_FAMILIES` holds what trixie changes. What a repository needs on
+top (its dependencies) is installed by its environment image's setup, through the egress proxy.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ SUITE_FAMILIES: dict[str, dict[str, Family]] = {
 }
 
 
-def family_for(name: str, suite: str = "bookworm") -> Family:
+def family_for(name: str, suite: str) -> Family:
     """The family's toolchain on the Debian `suite` of the base image (bookworm's where the suite adds none)."""
     if name not in FAMILIES:
         raise ValueError(f"unknown language family {name!r}; known: {', '.join(FAMILIES)}")
@@ -126,7 +126,7 @@ def family_tag(agents: str, family: Family) -> str:
     return f"dflash-sandbox-{family.name}:{_digest({'agents': agents, 'dockerfile': dockerfile(family)})}"
 
 
-def build_family(client: docker.DockerClient, agents: str, name: str, suite: str = "bookworm") -> str:
+def build_family(client: docker.DockerClient, agents: str, name: str, suite: str) -> str:
     """The family's image on `agents` (built once: the tag carries a hash of both)."""
     family = family_for(name, suite)
     tag = family_tag(agents, family)

@@ -240,7 +240,7 @@ def test_trixie_families_take_go_from_the_suite_and_openjdk_21() -> None:
     assert family_for("go", "sid") is FAMILIES["go"]
     assert family_tag("agents:1", family_for("go", "trixie")) != family_tag("agents:1", FAMILIES["go"])
     with pytest.raises(ValueError, match="unknown language family 'cobol'"):
-        family_for("cobol")
+        family_for("cobol", "trixie")
 
 
 def test_unknown_git_revision_is_a_clear_error(tmp_path: Path) -> None:
