@@ -10,8 +10,9 @@
    4k, 16k and 32k tokens of context (a synthetic sequence whose last 512 tokens are supervised).
 
     python benchmarks/trainer_packing.py [--target smollm2] [--data trainer/data/sample/smollm2]
-    python benchmarks/trainer_packing.py --offline      # both arms read features written ahead (cache)
+    python benchmarks/trainer_packing.py --offline --repeat 2   # features read from files; A B, B A
     python benchmarks/trainer_packing.py --phases [--offline]   # where each arm's epoch spends its time
+    ... --whole-mask    # any of these with the former dense path: each packed step's whole mask
     python benchmarks/trainer_packing.py --memory 4096,16384,32768
 """
 
@@ -38,6 +39,7 @@ from trainer.data.make_sample import SAMPLE_DIR
 from trainer.data.units import session_units
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
+from trainer.dflash.attention import DocumentMask, QueryGroup
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import dflash_loss
@@ -77,21 +79,31 @@ def offline_features(base: TrainConfig, target: Target, tmp: str) -> TrainConfig
     return base.model_copy(update={"feature_source": "cache", "feature_dir": str(out)})
 
 
-def throughput(base: TrainConfig, target: Target, tmp: str, max_len: int, epochs: float) -> None:
-    results = {}
-    for name, cfg in arms(base, tmp, max_len, epochs).items():
-        run = train(cfg, target=target)
-        s = json.loads((run / "train_summary.json").read_text())
-        results[name] = s
-        print(
-            f"{name:<26} {s['steps']:>4} steps {s['train_seconds']:>7.1f} s  "
-            f"{s['supervised_tokens'] / s['train_seconds']:>8.1f} supervised tok/s  "
-            f"{s['target_tokens']:>7} target tokens computed",
-            flush=True,
-        )
-    a, b = results["one sequence per step"], results["packed + prefix sharing"]
-    ratio = (b["supervised_tokens"] / b["train_seconds"]) / (a["supervised_tokens"] / a["train_seconds"])
-    print(f"packed / one per step: {ratio:.2f}x supervised tokens per second")
+def whole_step_mask(anchors: torch.Tensor, block_size: int, layout: L.Layout) -> DocumentMask:
+    """The dense path before per-segment attention: one group, every query against every key of the step."""
+    mask = L.attention_mask(anchors, block_size, layout)
+    return DocumentMask([QueryGroup(0, mask.shape[0], 0, layout.length, mask)])
+
+
+def throughput(base: TrainConfig, target: Target, tmp: str, max_len: int, epochs: float, repeat: int) -> None:
+    """Each arm ``repeat`` times, alternating which goes first (A B, B A, ...) so that a change in the
+    machine's load falls on both; the ratio is of supervised tokens per second over all rounds."""
+    totals = {name: [0, 0.0] for name in arms(base, tmp, max_len, epochs)}
+    for r in range(repeat):
+        round_arms = list(arms(base, tmp, max_len, epochs).items())
+        for name, cfg in round_arms if r % 2 == 0 else round_arms[::-1]:
+            run = train(cfg.model_copy(update={"name": f"{cfg.name}-{r}"}), target=target)
+            s = json.loads((run / "train_summary.json").read_text())
+            totals[name][0] += s["supervised_tokens"]
+            totals[name][1] += s["train_seconds"]
+            print(
+                f"round {r + 1}: {name:<26} {s['steps']:>4} steps {s['train_seconds']:>7.1f} s  "
+                f"{s['supervised_tokens'] / s['train_seconds']:>8.1f} supervised tok/s  "
+                f"{s['target_tokens']:>7} target tokens computed",
+                flush=True,
+            )
+    (a_tok, a_s), (b_tok, b_s) = totals["one sequence per step"], totals["packed + prefix sharing"]
+    print(f"packed / one per step: {(b_tok / b_s) / (a_tok / a_s):.2f}x supervised tokens per second")
 
 
 def phases(base: TrainConfig, target: Target, max_len: int) -> None:
@@ -191,6 +203,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--offline", action="store_true", help="both arms read features written ahead")
     ap.add_argument("--phases", action="store_true", help="one epoch per arm, timed by phase")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of both arms, alternating their order")
+    ap.add_argument(
+        "--whole-mask", action="store_true", help="score each step's whole mask (the former path)"
+    )
     ap.add_argument(
         "--memory", default=None, help="comma-separated context lengths: measure peak memory only"
     )
@@ -203,7 +219,10 @@ def main() -> None:
     if a.memory:
         memory([int(x) for x in a.memory.split(",")])
         return
+    if a.whole_mask:  # for comparison: the objective then scores every query against every key
+        L.document_mask = whole_step_mask
     target = load_target(a.target)
+    target.model.requires_grad_(False)  # frozen, as in training: no gradients into its embedding or head
     data = a.data or SAMPLE_DIR / a.target
     base = TrainConfig.load(Path("trainer/configs/cpu.yaml"), [f"target={a.target}", f"data={data}"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -212,7 +231,7 @@ def main() -> None:
         if a.phases:
             phases(base, target, a.max_len)
         else:
-            throughput(base, target, tmp, a.max_len, a.epochs)
+            throughput(base, target, tmp, a.max_len, a.epochs, a.repeat)
 
 
 if __name__ == "__main__":
