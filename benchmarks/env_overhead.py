@@ -1,12 +1,13 @@
 """Environment images: session start from an environment image vs today's copy-in, for a generated repository
 of many files; environment image build time and size per language.
 
-    python benchmarks/env_overhead.py [--files 50000] [--repeat 3] [--json OUT]
+    python benchmarks/env_overhead.py [--files 50000] [--repeat 3] [--json OUT] [--builds-only]
     (also: python benchmarks/sandbox_overhead.py --env)
 
-Needs a Docker engine (`make docker`); builds the agents, Python and Go family and egress images when they
-are missing (not timed). The Python repository's setup installs one PyPI dependency through the egress proxy
-(PyPI is reachable here); the Go module's setup builds it (the Go module proxy is not reachable here).
+Needs a Docker engine (`make docker`); builds the agents, family and egress images when they are missing
+(not timed). One small repository per language family: the Python one installs a PyPI dependency and the
+Node one an npm dependency through the egress proxy (both registries are reachable here); Go, Rust, Java and
+C++ have none (their registries are not reachable here), so their setup only fetches and builds.
 Everything it creates carries the run id `bench-env-*`; its environment images are removed at the end.
 """
 
@@ -83,6 +84,38 @@ def go_repo(root: Path) -> tuple[Path, str]:
     return path, commit_all(path)
 
 
+def files_repo(root: Path, name: str, files: dict[str, str]) -> tuple[Path, str]:
+    path = root / name
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path, commit_all(path)
+
+
+# name -> (files, setup given explicitly or None for detected, language for detection)
+SMALL = {
+    "rust": (
+        {"Cargo.toml": '[package]\nname = "calc"\nversion = "0.1.0"\nedition = "2021"\n',
+         "src/lib.rs": "pub fn add(a: i32, b: i32) -> i32 { a + b }\n"},
+        None, "Rust",
+    ),
+    "java": (
+        {"src/Calc.java": "public class Calc { public static int add(int a, int b) { return a + b; } }\n"},
+        "mkdir -p out && javac -d out src/*.java", "Java",
+    ),
+    "cpp": (
+        {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.16)\nproject(calc CXX)\nadd_library(calc calc.cpp)\n",
+         "calc.cpp": "int add(int a, int b) { return a + b; }\n"},
+        None, "C++",
+    ),
+    "node": (
+        {"package.json": '{"name": "calc", "version": "0.1.0", "dependencies": {"is-number": "7.0.0"}}\n',
+         "index.js": "module.exports = (a, b) => a + b;\n"},
+        None, "JavaScript",
+    ),
+}  # fmt: skip
+
+
 def own_mib(client: docker.DockerClient, image: str, below: str) -> float:
     return (client.images.get(image).attrs["Size"] - client.images.get(below).attrs["Size"]) / 2**20
 
@@ -100,11 +133,67 @@ def start_seconds(
     return statistics.median(times), steps
 
 
+def env_builds(
+    client: docker.DockerClient, settings: SandboxSettings, agents: str, run_id: str, tmp: Path
+) -> dict[str, object]:
+    """Each language's small repository: its environment image's build time and layer sizes."""
+    builds: dict[str, object] = {}
+    repos: list[tuple[str, Path, str, str | None, str | None]] = [
+        ("python", *python_repo(tmp), None, None),
+        ("go", *go_repo(tmp), None, None),
+    ]
+    repos += [(n, *files_repo(tmp, n, f), setup, lang) for n, (f, setup, lang) in SMALL.items()]
+    for lang, path, sha, setup, language in repos:
+        t = time.monotonic()
+        p = prepare(client, settings, agents, path, sha, repo_id=f"{run_id}/{lang}", setup=setup,
+                    language=language)  # fmt: skip
+        assert p.setup["status"] == "built", p.setup
+        family = client.images.get(str(p.image)).labels["dflash.env.family_image"]
+        builds[lang] = {
+            "build_s": round(time.monotonic() - t, 2),
+            "setup_s": p.setup["seconds"],
+            "env_layer_mib": round(own_mib(client, str(p.image), family), 1),
+            "family_layer_mib": round(own_mib(client, family, agents), 1),
+            "egress_hosts": sorted({str(h["host"]) for h in p.setup["egress"]}),  # type: ignore[union-attr]
+        }
+        print(lang, json.dumps(builds[lang]), flush=True)
+    return builds
+
+
+def start_comparison(
+    client: docker.DockerClient,
+    settings: SandboxSettings,
+    agents: str,
+    run_id: str,
+    tmp: Path,
+    files: int,
+    repeat: int,
+) -> dict[str, object]:
+    """Session start from the big repository's environment image against copying its tree in."""
+    out: dict[str, object] = {}
+    t = time.monotonic()
+    path, sha = big_repo(tmp, files)
+    out["generate_repo_s"] = round(time.monotonic() - t, 1)
+    t = time.monotonic()
+    big = prepare(client, settings, agents, path, sha, repo_id=f"{run_id}/big", setup="true", test="true")
+    out["big_env_build_s"] = round(time.monotonic() - t, 2)
+    family = client.images.get(str(big.image)).labels["dflash.env.family_image"]
+    out["big_env_layer_mib"] = round(own_mib(client, str(big.image), family), 1)
+    copy = SandboxSpec(run_id, "copy", path, sha, "http://127.0.0.1:9", family, settings)
+    env = SandboxSpec(run_id, "env", path, sha, "http://127.0.0.1:9", str(big.image), settings)
+    env.prepared_base = big.prepared_base
+    out["copy_in_start_s"], out["copy_in_steps"] = start_seconds(client, copy, repeat)
+    out["env_image_start_s"], out["env_image_steps"] = start_seconds(client, env, repeat)
+    out["speedup"] = round(float(out["copy_in_start_s"]) / float(out["env_image_start_s"]), 2)  # type: ignore[arg-type]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=50_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--builds-only", action="store_true", help="only the per-language environment builds")
     args = ap.parse_args(argv)
     # Creating, committing and removing containers of a 50,000-file tree outlasts the SDK's 60 s default.
     client = docker.from_env(timeout=1800)
@@ -114,41 +203,14 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         agents = build_agents(client, settings, log=lambda _m: None)
         out: dict[str, object] = {"run_id": run_id, "files": args.files}
         try:
-            builds = {}
-            for lang, make in (("python", python_repo), ("go", go_repo)):
-                path, sha = make(Path(tmp))
-                t = time.monotonic()
-                p = prepare(client, settings, agents, path, sha, repo_id=f"{run_id}/{lang}")
-                assert p.setup["status"] == "built", p.setup
-                family = client.images.get(str(p.image)).labels["dflash.env.family_image"]
-                builds[lang] = {
-                    "build_s": round(time.monotonic() - t, 2),
-                    "setup_s": p.setup["seconds"],
-                    "env_layer_mib": round(own_mib(client, str(p.image), family), 1),
-                    "family_layer_mib": round(own_mib(client, family, agents), 1),
-                    "egress_hosts": sorted({str(h["host"]) for h in p.setup["egress"]}),  # type: ignore[union-attr]
-                }
-                print(lang, json.dumps(builds[lang]), flush=True)
-            out["env_builds"] = builds
-            t = time.monotonic()
-            path, sha = big_repo(Path(tmp), args.files)
-            out["generate_repo_s"] = round(time.monotonic() - t, 1)
-            t = time.monotonic()
-            big = prepare(
-                client, settings, agents, path, sha, repo_id=f"{run_id}/big", setup="true", test="true"
-            )
-            out["big_env_build_s"] = round(time.monotonic() - t, 2)
-            family = client.images.get(str(big.image)).labels["dflash.env.family_image"]
-            out["big_env_layer_mib"] = round(own_mib(client, str(big.image), family), 1)
-            copy = SandboxSpec(run_id, "copy", path, sha, "http://127.0.0.1:9", family, settings)
-            env = SandboxSpec(run_id, "env", path, sha, "http://127.0.0.1:9", str(big.image), settings)
-            env.prepared_base = big.prepared_base
-            out["copy_in_start_s"], out["copy_in_steps"] = start_seconds(client, copy, args.repeat)
-            out["env_image_start_s"], out["env_image_steps"] = start_seconds(client, env, args.repeat)
-            out["speedup"] = round(float(out["copy_in_start_s"]) / float(out["env_image_start_s"]), 2)  # type: ignore[arg-type]
+            out["env_builds"] = env_builds(client, settings, agents, run_id, Path(tmp))
+            if not args.builds_only:
+                out.update(
+                    start_comparison(client, settings, agents, run_id, Path(tmp), args.files, args.repeat)
+                )
             print(json.dumps(out, indent=2), flush=True)
         finally:
-            for lang in ("python", "go", "big"):
+            for lang in ("python", "go", *SMALL, "big"):
                 gc_env_images(
                     client, settings.model_copy(update={"env_budget_gb": 1e-9}), repo_id=f"{run_id}/{lang}"
                 )
