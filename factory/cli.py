@@ -5,6 +5,7 @@ The commands of each stage live in `cli_ingest` and `cli_publish`; running the s
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
@@ -21,6 +22,11 @@ from factory.harvest import HarvestOptions
 from factory.run.runners import RAY_EGRESS, RunOptions
 
 __all__ = ["app", "cli_ingest", "cli_publish", "main"]  # the stage modules register their commands on `app`
+
+
+class UpstreamApi(enum.StrEnum):
+    native = "native"
+    chat = "chat"
 
 
 @app.callback()
@@ -51,10 +57,21 @@ def run(
     upstream: Annotated[
         str | None, typer.Option(envvar="TARGET_URL", help="With --ray: the target every node reaches")
     ] = None,
+    upstream_api: Annotated[
+        UpstreamApi,
+        typer.Option(
+            help="With --ray: what the node proxies send the target (chat: Messages and Responses translated "
+            "to Chat Completions, with the target's exact token ids; native: each API as is)"
+        ),
+    ] = UpstreamApi.native,
 ) -> None:
     """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
     if ray and settings.egress:
         console.print(f"[red]error:[/] {RAY_EGRESS}")
+        raise typer.Exit(2)
+    if not ray and (store_url or upstream):  # the local runner sends agents through --proxy-url's proxy
+        console.print("[red]error:[/] --store-url and --upstream are for --ray (the nodes' own proxies); "
+                      "without it, start the proxy with --store-url (docs/proxy.md)")  # fmt: skip
         raise typer.Exit(2)
     if ray:
         # Ray is an optional heavy dependency (the `cluster` extra): imported only when --ray is given.
@@ -62,7 +79,7 @@ def run(
 
         try:
             summary = run_from_cli(_sessions(db, data_dir), settings, data_dir, address=ray, store_url=store_url,
-                                   upstream=upstream, console=console)  # fmt: skip
+                                   upstream=upstream, upstream_api=upstream_api.value, console=console)  # fmt: skip
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from None

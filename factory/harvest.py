@@ -10,10 +10,12 @@ runs of that folder left on this host is reaped (`factory.run.lifecycle`)."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -25,7 +27,7 @@ from sqlalchemy.orm import sessionmaker
 from factory.db import connect, default_url, session_factory
 from factory.ingest import sample
 from factory.ingest.translate import Translator, translate_in_background
-from factory.publish.export import ExportStats, export
+from factory.publish.export import ExportStats, export, load_tokenizer
 from factory.run import queue
 from factory.run.lifecycle import run_scope
 from factory.run.plan import PlanConfig, PlanOptions, plan
@@ -75,6 +77,12 @@ class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
         default=None,
         description="Place the sessions on this Ray cluster (HEAD:6379) instead of this host (docs/factory.md).",
     )
+    tokenizer: str | None = Field(
+        default=None,
+        description="The target's tokenizer (a folder or a Hub name) with which the export redacts a secret "
+        "inside exact token ids; unset: what the target serves (its /v1/models root) when that is a folder "
+        "here or a Hub name. Without one, a call whose text holds a secret loses its ids.",
+    )
     store_url: str | None = Field(
         default=None,
         description="Where the calls and transcripts land and the export reads them (s3://…, gs://…, a folder); "
@@ -110,6 +118,28 @@ def _issues(opts: HarvestOptions, sessions: Sessions, console: Console) -> dict[
     if rep.missing:
         console.print(f"[yellow]not found on GitHub (404):[/] {', '.join(rep.missing)}")
     return {"issues_new": rep.issues_new, "repos_missing": rep.missing}
+
+
+# A Hub model id (`org/name`): vLLM's `root` when it was started with one.
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def _served_tokenizer(root: str, console: Console) -> str | None:
+    """The tokenizer of what the target serves, when it loads here: the stand-in's folder, or the Hub
+    name a vLLM was started with; else None, said on the console (secrets then cost a call its ids)."""
+    if Path(root).is_dir() or _HUB_ID.fullmatch(root):
+        try:
+            load_tokenizer(root)
+            console.print(f"[bold]tokenizer[/] {root} (secrets inside token ids are redacted with it)")
+            return root
+        except ValueError as exc:
+            console.print(f"[yellow]tokenizer[/] {exc}", soft_wrap=True)
+    console.print(
+        f"[yellow]tokenizer[/] none for the served {root!r}: a call whose text holds a secret loses its ids "
+        "in the export; pass --tokenizer (a folder or a Hub name) to keep them",
+        soft_wrap=True,
+    )
+    return None
 
 
 def _session_runner(opts: HarvestOptions, model: str, ledger: Ledger, console: Console) -> SessionRunner:
@@ -150,8 +180,9 @@ def _sessions_stage(
 ) -> dict[str, object]:
     """Services up → plan → sessions, with translation beside them; the services are stopped on the way out."""
     summary: dict[str, object] = {}
-    with services(opts, console, ledger, store_url=opts.store_url) as (proxy, _target, model):
+    with services(opts, console, ledger, store_url=opts.store_url) as (proxy, _target, model, root):
         summary["target_model"] = model
+        summary["tokenizer"] = opts.tokenizer or _served_tokenizer(root, console)
         cfg = opts.plan_config()
         ps = plan(sessions, cfg)  # English sessions, and Korean ones of issues translated before
         unfixed = f"; {ps.without_fix} issues without a known fix left out" if cfg.require_fix else ""
@@ -165,12 +196,16 @@ def _sessions_stage(
         if opts.ray:  # many hosts: Ray is imported only then (an optional heavy dependency)
             from factory.run.ray_runner import run_for_harvest
 
-            summary["translated"] = _translated(translating, console)
-            _planner(sessions, cfg, console)(0, None)
+            if not opts.target_url:
+                console.print("[yellow]ray[/] the CPU stand-in listens on this host's loopback: only nodes on "
+                              "this host reach it; set TARGET_URL to a target every node reaches")  # fmt: skip
             summary["run"] = run_for_harvest(sessions, address=opts.ray, store_url=opts.store_url,
                                              upstream=opts.target_url or _target, runner=opts.runner, model=model,
+                                             upstream_api=opts.upstream_api if opts.target_url else "chat",
                                              image=opts.image, time_limit_s=opts.session_timeout,
-                                             data_dir=opts.data_dir, limit=opts.limit, console=console)  # fmt: skip
+                                             data_dir=opts.data_dir, limit=opts.limit, console=console,
+                                             more_coming=lambda: not translating.done())  # fmt: skip
+            summary["translated"] = _translated(translating, console)
             return summary
         session_runner = _session_runner(opts, model, ledger, console)
         run_cfg = RunConfig(
@@ -192,6 +227,11 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
 
     console = console or Console(stderr=True, soft_wrap=True)
     t0 = time.monotonic()
+    if opts.tokenizer:  # a tokenizer that is named must load: say so now, not after the sessions
+        try:
+            load_tokenizer(opts.tokenizer)
+        except ValueError as exc:
+            raise ValueError(f"--tokenizer: {exc}") from exc
     with run_scope(opts.data_dir, console, sandboxes=uses_sandboxes(opts.runner)) as ledger:
         db_url = opts.db or default_url(opts.data_dir)
         sessions = session_factory(connect(db_url))
@@ -209,13 +249,15 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         held_out=opts.held_out,
         calls_url=opts.store_url,
         target_model=summary.get("target_model"),
+        tokenizer=summary.get("tokenizer"),
         progress=lambda line: console.print(f"export {line}", markup=False, soft_wrap=True),
     )
     summary["dataset"] = str(out)
     summary["export"] = {"sessions": es.sessions, "calls": es.calls, "by_agent_lang": es.by_cell,
                          "secrets": dict(es.secrets), "duplicates_dropped": es.duplicates_dropped,
                          "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
-                         "exact_ids_fraction": es.exact_ids_fraction, "held_out_by": es.split_by}  # fmt: skip
+                         "exact_ids_fraction": es.exact_ids_fraction, "ids_redacted": es.ids_redacted,
+                         "token_ids_dropped": es.token_ids_dropped, "held_out_by": es.split_by}  # fmt: skip
     summary["elapsed_s"] = round(time.monotonic() - t0, 1)
     summary["queue"] = queue.counts(sessions)
     print_summary(console, summary, es)
@@ -233,4 +275,5 @@ def print_summary(console: Console, summary: dict[str, object], es: ExportStats)
     console.print(t)
     kept = "n/a" if es.exact_ids_fraction is None else f"{es.exact_ids_fraction:.1%}"
     console.print(f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}  ·  "
-                  f"calls keeping exact ids: {kept}  ·  held out by {es.split_by}")  # fmt: skip
+                  f"calls keeping exact ids: {kept} ({es.ids_redacted} with a secret redacted in them)  ·  "
+                  f"held out by {es.split_by}")  # fmt: skip

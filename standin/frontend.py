@@ -111,7 +111,7 @@ class Frontend:
             "object": "model",
             "created": self.created,
             "owned_by": "vllm",
-            "root": self.target.name,
+            "root": self.target.source or self.target.name,
             "parent": None,
             "max_model_len": self.max_model_len,
         }

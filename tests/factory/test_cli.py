@@ -51,3 +51,15 @@ def test_sample_plan_status_and_push_dry_run(tmp_path):
     assert r.exit_code == 0
     assert "README.md" in r.output
     assert "would upload" in r.output
+
+
+def test_run_refuses_the_cluster_options_without_ray(tmp_path):
+    """`--store-url` and `--upstream` configure the Ray nodes' own proxies: without `--ray` they would be
+    silently ignored (the local runner sends agents through --proxy-url's proxy), so `run` refuses them."""
+    d = str(tmp_path / "d")
+    for extra in (["--store-url", str(tmp_path / "bucket")], ["--upstream", "http://127.0.0.1:9"]):
+        r = runner.invoke(app, ["run", "--data-dir", d, "--proxy-url", "http://127.0.0.1:9", *extra])
+        assert r.exit_code == 2
+        assert "are for --ray" in r.output
+    r = runner.invoke(app, ["run", "--help"])
+    assert "--upstream-api" in r.output

@@ -171,9 +171,13 @@ def split_groups(
     repositories) the session, else the sequence. Groups whose records come with their dataset's own
     split (an export split by repository already) keep it. Returns how the split was made, for the report."""
     if hints and "eval" in hints.values():
+        for s in seqs:  # a session's own split (an export that held out sessions), else its repository's
+            s.split = hints.get(_session_key(s)) or hints.get(s.group, "train")
+        by_repo: dict[str, set[str]] = {}
         for s in seqs:
-            s.split = hints.get(s.group, "train")
-        return {"by": "dataset split"}
+            by_repo.setdefault(s.group, set()).add(s.split)
+        mixed = any(len(v) > 1 for v in by_repo.values())
+        return {"by": f"dataset split ({'whole sessions' if mixed else 'whole repositories'} held out)"}
     level, key = next(
         ((name, k) for name, k in _SPLIT_LEVELS if len({k(s) for s in seqs}) >= 2), _SPLIT_LEVELS[-1]
     )
@@ -235,7 +239,13 @@ def build_from_examples(
     calls_tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in examples)
     merged = merge_sessions(examples)
     merged_tokens = sum(len(s.input_ids) for s in merged)
-    hints = {group_key(e): e.split_hint for e in examples if e.split_hint}
+    # The dataset's own split, per session: an export with too few repositories holds out whole sessions,
+    # so one repository can have sessions on both sides (keyed by repository, one side would be lost).
+    hints = {
+        f"session:{e.session_id}" if e.session_id else group_key(e): e.split_hint
+        for e in examples
+        if e.split_hint
+    }
     how = split_groups(merged, eval_fraction, hints)
     dropped: Counter[str] = Counter()
     pieces = [p for s in merged for p in cut(s, max_len, dropped)]

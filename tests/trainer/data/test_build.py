@@ -80,6 +80,27 @@ def test_split_gives_both_sides_something_when_it_can() -> None:
     assert sorted(s.split for s in seqs) == ["eval", "train"]
 
 
+def test_an_export_that_held_out_whole_sessions_keeps_its_split_per_session() -> None:
+    """With one repository the export holds out whole sessions (test-* and train-* files both hold that
+    repository's rows): the trainer keeps each session's side, not one side for the whole repository."""
+    examples = []
+    for i, hint in enumerate(["train", "eval", "train", "eval", "train"]):
+        ex = call(f"c{i}", f"s{i}", i, [7, i, 8], [9, 10], repo="dflash-sample/textkit")
+        ex.split_hint = hint
+        examples.append(ex)
+    res = build_from_examples(examples, Report(), max_len=100, eval_fraction=0.1)
+    assert sorted(s.session_id or "" for s in res.eval) == ["s1", "s3"]
+    assert sorted(s.session_id or "" for s in res.train) == ["s0", "s2", "s4"]
+    assert res.report["split"]["by"] == "dataset split (whole sessions held out)"
+    # an export split by repository reads as such
+    for ex in examples:
+        ex.split_hint = "eval" if ex.call_id == "c0" else "train"
+        ex.repo = "held/out" if ex.call_id == "c0" else "other/repo"
+    res = build_from_examples(examples, Report(), max_len=100, eval_fraction=0.1)
+    assert [s.session_id for s in res.eval] == ["s0"]
+    assert res.report["split"]["by"] == "dataset split (whole repositories held out)"
+
+
 def test_long_sequences_are_cut_at_span_ends_never_inside_a_span() -> None:
     # prompt 0..9, span 10..19, prompt 20..29, span 30..34, prompt 35..39, span 40..59, span too long 60..99
     n = 100
