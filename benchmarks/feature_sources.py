@@ -24,8 +24,12 @@ import uvicorn
 
 from standin import load_target
 from standin.extract import ExtractionSettings, create_app
-from trainer.sources import CacheSource, HFSource, VllmSourceSettings, make_source, to_vllm
 from trainer.sources import cache as cache_mod
+from trainer.sources.cache import CacheSource
+from trainer.sources.hf import HFSource
+from trainer.sources.numbering import to_vllm
+from trainer.sources.select import make_source
+from trainer.sources.vllm import VllmSourceSettings
 
 
 @contextlib.contextmanager

@@ -12,7 +12,8 @@ For synthetic sequences of 4k, 16k and 32k tokens (the last quarter supervised) 
   dense mask elsewhere) and the number of torch.compile graphs built over all lengths (one per new
   shape would mean recompiling for every sequence length).
 
-Needs only torch, transformers (accelerate and safetensors come with the trainer) — no model files.
+Needs only torch, transformers, accelerate and safetensors — no model files, no `pip install` of this
+project (tests/trainer/test_gpu_benchmark_needs.py runs it where nothing else is installed).
 Designed to finish in about 8 minutes on one H200. On a CPU, ``--shape tiny --lengths 256,512`` only
 proves the script runs.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +35,10 @@ from typing import Any
 import torch
 import torch._dynamo
 from transformers import Qwen3Config, Qwen3ForCausalLM
+
+# Run from a checkout (`python benchmarks/gpu_trainer.py`) on a machine where only torch, transformers,
+# accelerate and safetensors are installed: the project's packages come from the checkout itself.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from standin.model import Target
 from trainer.dflash import helpers as H

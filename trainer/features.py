@@ -41,7 +41,9 @@ from trainer.data import build as data_build
 from trainer.data.units import Unit, session_units
 from trainer.dflash.helpers import default_target_layer_ids
 from trainer.packed import TapsFn, unit_features
-from trainer.sources import cache, make_source, step_taps
+from trainer.sources import cache
+from trainer.sources.base import step_taps
+from trainer.sources.select import make_source
 from trainer.train import training_data
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -18,7 +18,8 @@ from trainer.config import TrainConfig
 from trainer.data.build import Sequence
 from trainer.data.units import Unit, pack, session_units, split_unit
 from trainer.dflash import layout as L
-from trainer.sources import source_for, step_taps
+from trainer.sources.base import step_taps
+from trainer.sources.select import source_for
 
 
 @dataclass

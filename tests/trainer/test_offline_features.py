@@ -27,7 +27,7 @@ from trainer import features as features_mod
 from trainer.data import build as data_build
 from trainer.data.units import session_units
 from trainer.features import features
-from trainer.sources import CacheSource
+from trainer.sources.cache import CacheSource
 from trainer.train import TrainConfig, train
 
 TAPS = [0, 2]

@@ -15,15 +15,12 @@ from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
 from trainer.config import TrainConfig
 from trainer.data import build as data_build
 from trainer.features import features
-from trainer.sources import (
-    CacheSource,
-    FeatureError,
-    HFSource,
-    TapNumberingError,
-    VllmSourceSettings,
-    make_source,
-    to_vllm,
-)
+from trainer.sources.base import FeatureError
+from trainer.sources.cache import CacheSource
+from trainer.sources.hf import HFSource
+from trainer.sources.numbering import TapNumberingError, to_vllm
+from trainer.sources.select import make_source
+from trainer.sources.vllm import VllmSourceSettings
 
 from .conftest import extraction_server
 

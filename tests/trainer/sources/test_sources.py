@@ -8,19 +8,14 @@ import pytest
 import torch
 
 from standin import Target
-from trainer.sources import (
-    CacheSource,
-    FeatureError,
-    HFSource,
-    TapNumberingError,
-    VllmSourceSettings,
-    from_vllm,
-    make_source,
-    numbering,
-    prefix_groups,
-    to_vllm,
-)
 from trainer.sources import cache as cache_mod
+from trainer.sources import numbering
+from trainer.sources.base import FeatureError, prefix_groups
+from trainer.sources.cache import CacheSource
+from trainer.sources.hf import HFSource
+from trainer.sources.numbering import TapNumberingError, from_vllm, to_vllm
+from trainer.sources.select import make_source
+from trainer.sources.vllm import VllmSourceSettings
 
 from .conftest import extraction_server
 

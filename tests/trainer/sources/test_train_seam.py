@@ -12,7 +12,7 @@ import torch
 
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
 from trainer.features import features
-from trainer.sources import to_vllm
+from trainer.sources.numbering import to_vllm
 from trainer.train import TrainConfig, train
 
 from .conftest import extraction_server

@@ -16,7 +16,9 @@ import pytest
 
 from standin import Target
 from standin.extract import ExtractionSettings, Extractor
-from trainer.sources import FeatureError, VllmSource, VllmSourceSettings, to_vllm
+from trainer.sources.base import FeatureError
+from trainer.sources.numbering import to_vllm
+from trainer.sources.vllm import VllmSource, VllmSourceSettings
 
 TAPS = [0, 2]
 
