@@ -72,6 +72,13 @@ class TrainConfig(BaseModel):
         ge=1,
         description="Anchored blocks per sequence (per segment of a packed step), sharing its features.",
     )
+    step_anchors: int | None = Field(
+        None,
+        ge=1,
+        description="At most this many anchored blocks in one step over all its segments (drawn from each "
+        "segment's, uniformly): the drafter's queries are step_anchors × block_size, what bounds a packed "
+        "step's memory. None: `anchors` per segment only.",
+    )
     gamma: float | None = Field(
         None, gt=0, description="Loss decay; default 7 for B=16, 5 for B=10, 4 for B=8."
     )

@@ -49,7 +49,9 @@ class HeldOut:
         for i, units in enumerate(self.steps):
             step = self._cached.get(i) or step_for(cfg, target, units, d.layer_ids, acc.device)
             self._cached[i] = step  # held-out features are reused at every evaluation
-            anchors = sample_anchors(step, cfg.anchors, torch.Generator().manual_seed(cfg.seed + i))
+            anchors = sample_anchors(
+                step, cfg.anchors, torch.Generator().manual_seed(cfg.seed + i), cfg.step_anchors
+            )
             out = step_loss(d, target, step, anchors, block_size=b, weights=weights, flex=flex)
             correct += out.correct
             total += out.total

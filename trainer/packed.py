@@ -109,8 +109,11 @@ def step_for(
     return make_step(target, units, layer_ids, device, taps_fn)
 
 
-def sample_anchors(step: PackedStep, per_segment: int, generator: torch.Generator) -> torch.Tensor:
-    """Up to ``per_segment`` anchors drawn uniformly in each segment, sorted (indices into the step)."""
+def sample_anchors(
+    step: PackedStep, per_segment: int, generator: torch.Generator, per_step: int | None = None
+) -> torch.Tensor:
+    """Up to ``per_segment`` anchors drawn uniformly in each segment, then at most ``per_step`` of those
+    drawn uniformly (so segments keep shares in proportion to their candidates); sorted step indices."""
     cand = torch.nonzero(L.candidates(step.loss_mask.cpu(), _cpu(step.layout)), as_tuple=False).flatten()
     seg = step.layout.seg.cpu()[cand]
     picked = []
@@ -120,6 +123,8 @@ def sample_anchors(step: PackedStep, per_segment: int, generator: torch.Generato
             mine = mine[torch.randperm(mine.numel(), generator=generator)[:per_segment]]
         picked.append(mine)
     out = torch.cat(picked) if picked else cand
+    if per_step is not None and out.numel() > per_step:
+        out = out[torch.randperm(out.numel(), generator=generator)[:per_step]]
     return torch.sort(out).values.to(step.input_ids.device)
 
 

@@ -223,7 +223,7 @@ def micro_step(
         if cfg.cache_features:
             cached[pick] = step
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
-    anchors = sample_anchors(step, cfg.anchors, gen)
+    anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors)
     out = step_loss(d, target, step, anchors, block_size=cfg.block_size, weights=weights, flex=flex)
     if acc.num_processes > 1:  # DDP averages gradients: rescale so each label weighs the same on every rank
         total = acc.reduce(out.weight.clone(), "sum")

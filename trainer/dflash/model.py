@@ -137,6 +137,9 @@ class DFlashAttention(nn.Module):
         k_blk, v_blk = self._kv(x, *rope_q, style)
         k = torch.cat([k_ctx, k_blk], dim=2)
         v = torch.cat([v_ctx, v_blk], dim=2)
+        # Under bf16 autocast the projections are bf16 but the q/k norms (a float32 weight times the
+        # input) give float32; flex attention before torch 2.10 refuses mixed dtypes. One dtype: v's.
+        q, k = q.to(v.dtype), k.to(v.dtype)
         if mask is not None and not isinstance(mask, torch.Tensor | DocumentMask):
             out = _flex_attention(q.device)(q, k, v, block_mask=mask, scale=self.scaling, enable_gqa=True)
         else:

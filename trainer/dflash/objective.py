@@ -25,8 +25,38 @@ class StepOutput:
     weight: torch.Tensor  # the summed loss weight of the labels (the loss's denominator)
 
 
-def _create(mod: Any, q: int, context_len: int, device: torch.device) -> BlockMask:
-    return create_block_mask(mod, B=None, H=None, Q_LEN=q, KV_LEN=context_len + q, device=device)
+# Query rows per piece of a block mask's construction (a multiple of flex attention's 128-row blocks).
+MASK_ROWS = 1024
+
+
+def _create(mod: Any, q: int, context_len: int, device: torch.device, rows: int = MASK_ROWS) -> BlockMask:
+    """The flex BlockMask of `mod` over q queries × (context + q) keys, built `rows` queries at a time.
+
+    `create_block_mask` evaluates the mask over every query × key before reducing it to 128×128 blocks
+    (about 16 bytes per pair, measured): at 32k queries of a packed step over a 48k-token context that
+    is ~25 GB at once. Built in pieces of `rows` queries, the transient is rows × keys, and the pieces'
+    block rows are joined into one mask (the same one: tests/trainer/dflash/test_flex_mask.py)."""
+    kv_len = context_len + q
+    if q <= rows:
+        return create_block_mask(mod, B=None, H=None, Q_LEN=q, KV_LEN=kv_len, device=device)
+    parts: list[BlockMask] = []
+    for start in range(0, q, rows):
+
+        def piece(b: Any, h: Any, q_idx: Any, kv_idx: Any, start: int = start) -> Any:
+            return mod(b, h, q_idx + start, kv_idx)
+
+        n = min(rows, q - start)
+        parts.append(create_block_mask(piece, B=None, H=None, Q_LEN=n, KV_LEN=kv_len, device=device))
+    full = [p.full_kv_num_blocks for p in parts]
+    return BlockMask.from_kv_blocks(
+        torch.cat([p.kv_num_blocks for p in parts], dim=2),
+        torch.cat([p.kv_indices for p in parts], dim=2),
+        None if any(f is None for f in full) else torch.cat(full, dim=2),  # type: ignore[arg-type]
+        None if any(f is None for f in full) else torch.cat([p.full_kv_indices for p in parts], dim=2),  # type: ignore[misc]
+        BLOCK_SIZE=parts[0].BLOCK_SIZE,
+        mask_mod=mod,
+        seq_lengths=(q, kv_len),
+    )
 
 
 def _flex_mask(anchors: torch.Tensor, context_len: int, block_size: int, device: torch.device) -> BlockMask:
