@@ -125,7 +125,8 @@ class Autoregressive:
         if not prompt_ids:
             raise ValueError("empty prompt")
         cache = target.new_cache()
-        ids = torch.tensor([prompt_ids], dtype=torch.long)
+        dev = target.device
+        ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
         for start in range(0, ids.shape[1], self.prefill_chunk):
             logits = target.forward(
                 ids[:, start : start + self.prefill_chunk], cache, logits_to_keep=1
@@ -135,7 +136,7 @@ class Autoregressive:
         for _ in range(max_new_tokens):
             token = int(sampler.sample(logits[0, -1]))
             yield [token]
-            logits = target.forward(torch.tensor([[token]]), cache, logits_to_keep=1).logits
+            logits = target.forward(torch.tensor([[token]], device=dev), cache, logits_to_keep=1).logits
 
 
 @dataclass

@@ -75,6 +75,12 @@ class Target:
         return self.model.get_input_embeddings()
 
     @property
+    def device(self) -> torch.device:
+        """Where input ids go: the embedding's device (the first layer's, for a target sharded by a
+        `device_map`)."""
+        return next(self.embed_tokens.parameters()).device
+
+    @property
     def lm_head(self) -> nn.Module:
         head = self.model.get_output_embeddings()
         assert head is not None

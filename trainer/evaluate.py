@@ -21,8 +21,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import torch
 import typer
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -128,14 +129,20 @@ def evaluate(
     prompts: list[Prompt] | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    device: str | None = None,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
+    """``device`` (default: cuda when there is one, else cpu) and ``dtype`` (default: bfloat16 on a GPU,
+    float32 on a CPU) are where and how the target is loaded; the drafter follows it."""
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
     n_prompts = n_prompts or int(cfg.get("eval_prompts", 8))
     max_new = max_new_tokens or int(cfg.get("eval_max_new_tokens", 64))
     max_prompt_len = max_prompt_len or int(cfg.get("eval_max_prompt_len", 2048))
     if target is None:
-        target = load_target(cfg.get("target", "smollm2"))
+        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        kind = getattr(torch, dtype or ("bfloat16" if dev.startswith("cuda") else "float32"))
+        target = load_target(cfg.get("target", "smollm2"), dtype=kind, device=dev)
     drafter = DFlashDraftModel.load(drafter_dir or run / "drafter")
     if prompts is None:
         prompts = held_out_prompts(run / "data" / "eval.parquet", n_prompts, max_prompt_len)
@@ -223,6 +230,12 @@ class EvalSettings(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, description="Tokens generated per prompt.")
     block_size: int | None = Field(None, ge=2, description="Verify block size; default the drafter's.")
     out: Path | None = Field(None, description="Where eval.json and acceptance.png go; default RUN_DIR.")
+    device: str | None = Field(
+        None, description="Where the target runs: cuda, cuda:1, cpu; default cuda if any."
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
+        None, description="The target's dtype; default bfloat16 on a GPU, float32 on a CPU."
+    )
 
 
 @settings_command(EvalSettings)
@@ -238,6 +251,8 @@ def eval_command(
         max_new_tokens=settings.max_new_tokens,
         block_size=settings.block_size,
         out_dir=settings.out,
+        device=settings.device,
+        dtype=settings.dtype,
     )
     acc = " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
     typer.echo(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from safetensors import safe_open
 
 from tests.trainer.dflash.test_model import expected_shapes
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from trainer import evaluate as evaluate_mod
 from trainer.dflash.config import REQUIRED_KEYS
 from trainer.evaluate import evaluate
 from trainer.export import export
@@ -39,6 +43,12 @@ def calls(tmp_path_factory, target) -> Path:  # type: ignore[no-untyped-def]
     return write_calls(
         target, tmp_path_factory.mktemp("calls") / "calls.parquet", sessions=5, calls=2, new_tokens=20
     )
+
+
+def _rows(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
 
 
 def cfg(tmp: Path, calls: Path, **over) -> TrainConfig:  # type: ignore[no-untyped-def]
@@ -78,7 +88,7 @@ def test_config_loads_yaml_and_overrides(tmp_path: Path) -> None:
         TrainConfig.load(Path("trainer/configs") / name)
 
 
-def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
+def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     run = train(cfg(tmp_path, calls), argv=["-m", "trainer", "train"], target=target)
     assert run == tmp_path / "runs" / "t"
     assert (tmp_path / "runs" / "latest").resolve() == run.resolve()
@@ -105,6 +115,20 @@ def test_train_eval_export_end_to_end(tmp_path: Path, calls: Path, target) -> No
     for key in ("tau", "lossless", "per_position_acceptance", "n_prompts"):
         assert key in on_disk
     assert (run / "acceptance.png").stat().st_size > 1000
+
+    # `trainer eval --dtype bfloat16`: the target is loaded in bf16 (on a GPU by default), the float32
+    # drafter decodes against it (the stand-in loader is replaced: the tiny target has no name to load)
+    loaded: list[tuple[str, torch.dtype, str]] = []
+
+    def load_bf16(spec: str, *, dtype: torch.dtype, device: str) -> Any:
+        loaded.append((spec, dtype, device))
+        return dataclasses.replace(target, model=copy.deepcopy(target.model).to(dtype))
+
+    monkeypatch.setattr(evaluate_mod, "load_target", load_bf16)
+    half = evaluate(run, progress=False, dtype="bfloat16", out_dir=tmp_path / "bf16")
+    assert loaded == [("tiny", torch.bfloat16, "cpu")]
+    assert half["n_prompts"] == 2
+    assert half["tau"] >= 1.0
 
     out = export(run, run / "export")
     config = json.loads((out / "config.json").read_text())
@@ -185,6 +209,27 @@ def test_packed_training_takes_fewer_steps_over_the_same_tokens(tmp_path: Path, 
         sharing["target_tokens_shared"] <= sharing["target_tokens_merged"] < sharing["target_tokens_per_call"]
     )
     assert (packed / "drafter" / "model.safetensors").exists()
+
+
+def test_a_sequence_longer_than_max_len_trains_on_its_whole_context(
+    tmp_path: Path, calls: Path, target
+) -> None:  # type: ignore[no-untyped-def]
+    """`max_len` is a packing budget, not a cut: a longer sequence is a step of its own whose features come
+    from a forward over all of it (never a shortened prompt); `step_anchors` bounds its blocks
+    (tests/trainer/dflash/test_flex_mask.py)."""
+    roomy = train(cfg(tmp_path, calls, name="roomy", epochs=1, packing=True), target=target)
+    tight = train(
+        cfg(tmp_path, calls, name="tight", epochs=1, packing=True, max_len=24, step_anchors=5), target=target
+    )
+    s_roomy = json.loads((roomy / "train_summary.json").read_text())
+    s_tight = json.loads((tight / "train_summary.json").read_text())
+    seqs = json.loads((tight / "data" / "report.json").read_text())
+    longest = max(len(r["input_ids"]) for r in _rows(tight / "data" / "train.parquet"))
+    assert longest > 24  # the sample really has sequences past the budget
+    assert s_tight["target_tokens"] == s_roomy["target_tokens"]  # every token of every context computed
+    assert s_tight["steps"] > s_roomy["steps"]
+    assert not seqs.get("dropped")  # nothing cut away or dropped for its length
+    assert (tight / "drafter" / "model.safetensors").exists()
 
 
 def test_held_out_evaluation_every_n_steps_and_tensorboard(tmp_path: Path, calls: Path, target) -> None:  # type: ignore[no-untyped-def]
