@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from sqlalchemy.orm import Session as OrmSession
 
 from clikit import settings_command
 from factory import cli_ingest, cli_publish
@@ -126,9 +127,34 @@ def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
             ),
             "sessions": dict(s.execute(select(Session.status, func.count()).group_by(Session.status)).all()),
         }
+        out["setup_failures"] = _setup_failures(s)
     out["dead_leases"] = [{"session": sid, "owner": owner} for sid, owner in dead_local_leases(sessions)]
     out["reap"] = preview(data_dir)
     typer.echo(json.dumps(out, indent=1))
+
+
+def _setup_failures(s: OrmSession) -> dict[str, dict[str, object]]:
+    """Per repository whose environment setup failed in a session (on any host): how many sessions ran
+    without their environment image, and the last reason (the sessions still ran, from the toolchain)."""
+    from sqlalchemy import select
+
+    from factory.db import Issue, Repo, Session
+
+    rows = s.execute(
+        select(Repo.name, Session.environment)
+        .join(Issue, Issue.repo_id == Repo.id)
+        .join(Session, Session.issue_id == Issue.id)
+        .where(Session.environment.is_not(None))
+        .order_by(Session.finished_at)
+    ).all()
+    out: dict[str, dict[str, object]] = {}
+    for name, env in rows:
+        setup = (env or {}).get("setup") or {}
+        if setup.get("status") == "failed":
+            seen = out.setdefault(name, {"sessions": 0})
+            seen["sessions"] = int(str(seen["sessions"])) + 1
+            seen["reason"] = setup.get("reason")
+    return out
 
 
 @app.command()

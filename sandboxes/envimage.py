@@ -113,6 +113,8 @@ def ensure_env_image(
             reason = f"out of disk: {free:.1f} GiB free for Docker, {settings.env_min_free_gb:g} GiB needed"
             return SetupOutcome("failed", None, reason=reason, attempts=record["attempts"])
         out = _build(client, settings, repo, repo_id, commit, plan, family_image, egress_image, tag)
+        if out.status == "built":  # a new image: hold the images to their age and disk budget now
+            gc_env_images(client, settings, keep=tag)
         if out.status == "failed" and not (out.reason or "").startswith("out of disk"):
             out.attempts = record["attempts"] + 1
             record = {
@@ -162,10 +164,14 @@ def _build(
                 if res.timed_out
                 else f"exit code {res.exit_code}"
             )
+            free = _free_gb(client)
+            if "no space left on device" in tail.lower() or free < settings.env_min_free_gb:
+                # the disk filled while installing: not the repository's fault (no attempt is counted)
+                why = f"out of disk during setup ({free:.1f} GiB free for Docker): {why}"
             return SetupOutcome(
                 "failed",
                 None,
-                reason=f"setup `{plan.setup}`: {why}",
+                reason=why if why.startswith("out of disk") else f"setup `{plan.setup}`: {why}",
                 seconds=round(time.monotonic() - t0, 2),
                 egress=fetched,
                 tail=tail,
@@ -204,9 +210,11 @@ def gc_env_images(
     now: float | None = None,
     dry_run: bool = False,
     repo_id: str | None = None,
+    keep: str | None = None,
 ) -> list[str]:
     """Remove environment images past `env_max_age_days`, then the oldest until they fit `env_budget_gb`
-    (only `repo_id`'s images when given)."""
+    (only `repo_id`'s images when given; never `keep`, the image a session is about to use). Images in
+    use by a running session are left for the next time (Docker refuses to remove them)."""
     now = time.time() if now is None else now
     images = []
     wanted = [f"{KIND}=env"] + ([f"dflash.env.repo={repo_id}"] if repo_id else [])
@@ -224,7 +232,7 @@ def gc_env_images(
     removed = []
     for created, own, img in images:
         too_old = now - created > settings.env_max_age_days * 86400
-        if not too_old and total <= settings.env_budget_gb * 2**30:
+        if (not too_old and total <= settings.env_budget_gb * 2**30) or (keep and keep in img.tags):
             continue
         tag = img.tags[0] if img.tags else img.id
         if not dry_run:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from factory.cli import app
+from factory.db import Issue, Repo, Session, connect, default_url, session_factory
 
 from .fake_github import FakeGitHub, FakeRepo
 
@@ -45,6 +50,19 @@ def test_sample_plan_status_and_push_dry_run(tmp_path):
     assert r.exit_code != 0
     r = runner.invoke(app, ["status", "--data-dir", d])
     assert '"pending": 12' in r.output
+    assert json.loads(r.output)["setup_failures"] == {}
+    # a session whose repository's environment setup failed (recorded by the sandbox runner, on any host)
+    sessions = session_factory(connect(default_url(Path(d))))
+    with sessions.begin() as s:
+        first = s.scalars(select(Session).order_by(Session.priority)).first()
+        first.environment = {"setup": {"status": "failed", "reason": "setup `pip install -e .`: exit code 1"}}
+        repo = s.scalar(
+            select(Repo.name).join(Issue, Issue.repo_id == Repo.id).where(Issue.id == first.issue_id)
+        )
+    r = runner.invoke(app, ["status", "--data-dir", d])
+    assert json.loads(r.output)["setup_failures"] == {
+        repo: {"sessions": 1, "reason": "setup `pip install -e .`: exit code 1"}
+    }
     r = runner.invoke(app, ["export", "--data-dir", d])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["push", "--repo-id", "org/x", "--data-dir", d, "--dry-run"])

@@ -134,6 +134,8 @@ def test_python_environment_image_baseline_fails_after_fix_passes(
         assert gc_env_images(docker_client, settings, repo_id=repo_id) == []
         tiny = settings.model_copy(update={"env_budget_gb": 1e-6})
         assert gc_env_images(docker_client, tiny, repo_id=repo_id, dry_run=True) == [prepared.image]
+        # (after a build the runner collects with the new image kept: a session is about to start in it)
+        assert gc_env_images(docker_client, tiny, repo_id=repo_id, dry_run=True, keep=prepared.image) == []
         # …and past its age (a clock 15 days on), as `python -m sandboxes env-gc` says.
         later = time.time() + 15 * 86400
         assert gc_env_images(docker_client, settings, repo_id=repo_id, dry_run=True, now=later) == [
@@ -181,6 +183,12 @@ def test_hanging_tests_and_a_full_disk_are_recorded(
     assert prepared.setup["status"] == "failed"
     assert str(prepared.setup["reason"]).startswith("out of disk:")
     assert prepared.setup["attempts"] == 0  # the machine's fault, not the repository's
+    # a disk that fills while the setup installs: also the machine's, not counted against the repository
+    filled = prepare(docker_client, settings, agents_image, repo, sha,
+                     setup="echo 'OSError: [Errno 28] No space left on device' >&2; exit 1").setup  # fmt: skip
+    assert filled["status"] == "failed"
+    assert str(filled["reason"]).startswith("out of disk during setup"), filled["reason"]
+    assert filled["attempts"] == 0
     result = _session(prepared.request_fields(), repo, sha, full, FIX)
     assert result.status == "succeeded", result.reason
     for outcome in (result.baseline, result.after):
