@@ -94,14 +94,25 @@ def unmask(text: str, spans: list[str]) -> str:
     return PLACEHOLDER.sub(lambda m: spans[int(m.group(1))], text)
 
 
+def _fine(piece: str, max_chars: int) -> list[str]:
+    """A piece longer than `max_chars` cut at line ends, then sentence ends, then spaces (never inside a
+    word, so never inside a ⟦n⟧ placeholder): one long line of a bug report still fits a request."""
+    if len(piece) <= max_chars:
+        return [piece]
+    for sep in (r"(?<=\n)", r"(?<=[.!?。]\s)", r"(?<=\s)"):
+        parts = [p for p in re.split(sep, piece) if p]
+        if len(parts) > 1:
+            return [q for p in parts for q in _fine(p, max_chars)]
+    return [piece]  # one word longer than the limit: sent whole
+
+
 def paragraphs(text: str, max_chars: int) -> list[str]:
-    """`text` cut after blank lines into pieces of at most `max_chars` (a longer paragraph is its own
-    piece, cut at line ends); joined, the pieces are `text` again."""
+    """`text` cut after blank lines into pieces of at most `max_chars` (a longer paragraph is cut at line
+    ends, a longer line at sentence ends, then at spaces); joined, the pieces are `text` again."""
     blocks = re.split(r"(?<=\n\n)", text)
     out: list[str] = []
     for block in blocks:
-        parts = [block] if len(block) <= max_chars else re.split(r"(?<=\n)", block)
-        for part in parts:
+        for part in _fine(block, max_chars):
             if out and len(out[-1]) + len(part) <= max_chars:
                 out[-1] += part
             else:

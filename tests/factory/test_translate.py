@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 
 import httpx
 import pytest
@@ -21,6 +23,7 @@ from factory.ingest.translate import (
     unmask,
     validate,
 )
+from factory.ingest.translate_text import paragraphs
 
 BODY = """When I call `client.fetch()` on Windows the request hangs.
 
@@ -192,6 +195,23 @@ def test_a_long_body_is_translated_in_pieces_within_max_tokens():
     assert res.body.count("\n\n") == body.count("\n\n")  # paragraphs kept
 
 
+def test_a_long_single_line_is_cut_at_sentences_then_spaces():
+    line = " ".join(
+        f"Step {i} retries the request and the client hangs until the timeout." for i in range(150)
+    )
+    words = "word " * 3000  # no sentence end at all
+    body = f"Intro.\n\n{line}\n\n{words}\n\nKeep `--no-retry` as is."
+    pieces = paragraphs(body, 1000)
+    assert "".join(pieces) == body
+    assert max(len(p) for p in pieces) <= 1000
+    assert all(p.endswith((". ", " ", "\n", "is.")) for p in pieces)  # never inside a word
+    model = FakeModel(fake_korean)
+    res = translator(model, max_tokens=1024).translate_issue("Hangs", body)
+    assert res.ok, res.reason
+    chats = [json.loads(r.content) for r in model.requests if r.url.path.endswith("/chat/completions")]
+    assert all(len(c["messages"][-1]["content"]) <= 2 * c["max_tokens"] for c in chats)
+
+
 def test_reasoning_blocks_are_stripped_and_an_unfinished_one_is_rejected():
     res = translator(
         FakeModel(lambda m: "<think>\nLet me translate.\n</think>\n\n" + fake_korean(m))
@@ -227,7 +247,19 @@ def test_translation_runs_concurrently_in_the_background(sqlite_url):
             for n in range(1, 7)
         )
     done: list[int] = []
-    future = translate_in_background(sessions, translator(FakeModel(fake_korean)), concurrency=3,
+    lock, inflight, peak = threading.Lock(), [0], [0]
+
+    def slow_korean(m: str) -> str:  # each answer takes a while: requests in flight at once are counted
+        with lock:
+            inflight[0] += 1
+            peak[0] = max(peak[0], inflight[0])
+        time.sleep(0.05)
+        with lock:
+            inflight[0] -= 1
+        return fake_korean(m)
+
+    future = translate_in_background(sessions, translator(FakeModel(slow_korean)), concurrency=3,
                                      on_done=lambda issue, res: done.append(issue))  # fmt: skip
     assert future.result(timeout=60) == {"ok": 6, "rejected": 0}
     assert sorted(done) == [1, 2, 3, 4, 5, 6]
+    assert 2 <= peak[0] <= 3  # concurrent, and bounded by `concurrency`
