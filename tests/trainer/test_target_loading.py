@@ -47,3 +47,17 @@ def test_the_default_is_still_float32_for_the_stand_in_server(model_dir: Path) -
 def test_builtin_tiny_target_honours_the_dtype() -> None:
     target = load_target("tiny-qwen3", dtype=torch.bfloat16)
     assert {p.dtype for p in target.model.parameters()} == {torch.bfloat16}
+
+
+def test_a_device_map_places_the_layers_and_the_taps_come_back_together(model_dir: Path) -> None:
+    """`target_device_map` (accelerate's big-model placement, for an online target larger than one GPU).
+    No second device exists here, so every layer is mapped by name to the CPU: what is checked is that a
+    mapped target is left where the map put it (no `.to()` after) and taps the same as a plain load."""
+    names = {"model.embed_tokens": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    mapped = load_target(
+        str(model_dir), device_map={**names, **{f"model.layers.{i}": "cpu" for i in range(4)}}
+    )
+    assert {p.device.type for p in mapped.model.parameters()} == {"cpu"}
+    plain = load_target(str(model_dir))
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert torch.equal(mapped.tap(ids, [0, 3]), plain.tap(ids, [0, 3]))
