@@ -102,7 +102,7 @@ def load_target(
         model=model,
         tokenizer=tokenizer,
         stop_token_ids=_stop_ids(model, tokenizer),
-        max_position_embeddings=int(getattr(model.config, "max_position_embeddings", 2048)),
+        max_position_embeddings=context_limit(model.config),
         source=str(source),
     )
 
@@ -141,7 +141,7 @@ def load_shared_weights(
         model=model.eval(),
         tokenizer=tokenizer,
         stop_token_ids=_stop_ids(model, tokenizer),
-        max_position_embeddings=int(getattr(config, "max_position_embeddings", 2048)),
+        max_position_embeddings=context_limit(config),
         source=str(root.resolve()),
     )
 
@@ -183,6 +183,23 @@ def _installed_file(dist_name: str, suffix: str) -> Path:
         if str(f).endswith(suffix):
             return Path(str(dist.locate_file(f)))
     raise RuntimeError(f"{dist_name} {dist.version} ships no *{suffix}")
+
+
+def context_limit(config: Any) -> int:
+    """The longest context the model is served with, as vLLM derives it: `max_position_embeddings`, scaled
+    by a RoPE scaling factor (YaRN: its `original_max_position_embeddings` × factor; linear and dynamic:
+    × factor; llama3 and longrope configs already state the extended length). Training cuts only past
+    this, so a long prompt served with YaRN keeps its whole context."""
+    limit = int(getattr(config, "max_position_embeddings", 2048))
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if not isinstance(rope, dict) or not rope.get("factor"):
+        return limit
+    kind, factor = rope.get("rope_type") or rope.get("type"), float(rope["factor"])
+    if kind == "yarn":
+        return max(limit, int(int(rope.get("original_max_position_embeddings") or limit) * factor))
+    if kind in ("linear", "dynamic"):
+        return int(limit * factor)
+    return limit
 
 
 def smollm2_gguf() -> Path:

