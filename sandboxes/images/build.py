@@ -14,7 +14,7 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
-from sandboxes.agents.npm_install import AGENT_PACKAGES
+from sandboxes.agents.npm_install import AGENT_PACKAGES, NODE_RUNTIME
 from sandboxes.config import SandboxSettings
 from sandboxes.images.mirror import host_mirror
 
@@ -41,6 +41,10 @@ def agent_specs() -> list[str]:
     return [f"{pkg}@{ver}" for pkg, ver, _ in AGENT_PACKAGES.values()]
 
 
+def node_spec() -> str:
+    return "@".join(NODE_RUNTIME)
+
+
 def opencode_plugin_spec() -> str:
     return f"{OPENCODE_PLUGIN}@{AGENT_PACKAGES['opencode'][1]}"
 
@@ -63,6 +67,7 @@ def agents_tag(settings: SandboxSettings) -> str:
             "base": base_tag(settings),
             "dockerfile": DOCKERFILE.read_text(),
             "agents": agent_specs(),
+            "node": node_spec(),
             "plugin": opencode_plugin_spec(),
             "certs": certs,
         }
@@ -152,6 +157,7 @@ def build_agents(client: docker.DockerClient, settings: SandboxSettings, log: Lo
             buildargs={
                 "BASE": base,
                 "AGENT_SPECS": " ".join(agent_specs()),
+                "NODE_SPEC": node_spec(),
                 "OPENCODE_PLUGIN_SPEC": opencode_plugin_spec(),
             },
         )
