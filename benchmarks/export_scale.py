@@ -207,6 +207,9 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=None, help="every session this long (default: 5–60)")
     ap.add_argument("--max-prompt", type=int, default=30_000, help="prompt tokens at a session's last turn")
     ap.add_argument("--concurrency", type=int, default=16, help="sessions in flight (interleaved in parts)")
+    ap.add_argument(
+        "--delta-window", type=int, default=None, help="the export's delta_window (default its own)"
+    )
     ap.add_argument("--tokenizer", action="store_true", help="export with the tokenizer (ids searched)")
     ap.add_argument("--shard-mb", type=float, default=500, help="the export's shard_bytes, in MB")
     ap.add_argument("--work", type=Path, default=Path("/tmp/export_scale"))
@@ -229,6 +232,8 @@ def main() -> None:
         ["--tokenizer"] if a.tokenizer else []
     )
     env = {**os.environ, "DFLASH_EXPORT_SHARD_BYTES": str(int(a.shard_mb * 1e6))}
+    if a.delta_window:
+        env["DFLASH_EXPORT_DELTA_WINDOW"] = str(a.delta_window)
     res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
     calls_files = [(f, b) for f, b in res["files"] if "/calls/" in f]
     stored = sum(b for _, b in calls_files)
@@ -237,7 +242,8 @@ def main() -> None:
           f"prompts to {a.max_prompt:,} tokens, {a.concurrency} in flight); generated in {gen_s:.0f} s, "
           f"proxy parts {in_bytes / 1e6:,.1f} MB")  # fmt: skip
     print(f"export: {res['wall_s']:.1f} s, {res['calls'] / res['wall_s']:,.0f} calls/s, peak RSS {res['peak_rss_mb']:,.0f} MB, "
-          f"tokenizer {'on' if a.tokenizer else 'off'}, exact-ids fraction {res['exact_ids_fraction']}")  # fmt: skip
+          f"tokenizer {'on' if a.tokenizer else 'off'}, exact-ids fraction {res['exact_ids_fraction']}, "
+          f"delta window {a.delta_window or 'default'}")  # fmt: skip
     print(f"calls config: {stored / res['calls']:,.0f} B/call prefix-encoded vs {plain / res['calls']:,.0f} B/call "
           f"plain zstd Parquet -> {stored / plain:.3f}x")  # fmt: skip
     sizes = sorted(b for _, b in calls_files)

@@ -27,7 +27,10 @@ import pyarrow as pa
 from records.schema import SCHEMA, SCHEMA_VERSION, VERSION_KEY
 
 _TS = pa.timestamp("us", tz="UTC")
-DELTA_WINDOW = 64  # rows a reference may reach back (within one shard)
+# Rows a reference may reach back (within one shard). It must exceed the sessions a proxy interleaves in its
+# parts: measured at 128 in flight, a window of 64 stored 0.53x of plain Parquet, 1024 stored 0.067x
+# (docs/BENCHMARKS.md); the writer and the reader each hold this many rows.
+DELTA_WINDOW = 1024
 DELTA_WINDOW_KEY = b"dflash.delta_window"
 _META = {VERSION_KEY: str(SCHEMA_VERSION).encode(), DELTA_WINDOW_KEY: str(DELTA_WINDOW).encode()}
 DELTA_COLUMNS = (

@@ -138,7 +138,9 @@ def _counts(c: Counter[str]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in sorted(c.items())) or "none"
 
 
-def card(stats: ExportStats, images: list[str], *, held_out: float, repo_id: str) -> str:
+def card(
+    stats: ExportStats, images: list[str], *, held_out: float, repo_id: str, delta_window: int = DELTA_WINDOW
+) -> str:
     t = stats.totals()
     rows = "\n".join(
         f"| {cell.split('/')[0]} | {cell.split('/')[1]} | {c['sessions']:,} | {c['calls']:,} | "
@@ -179,7 +181,7 @@ the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a t
 
 {chr(10).join(f"![{Path(p).stem}]({p})" for p in images)}
 
-{_loading(repo_id)}
+{_loading(repo_id, delta_window)}
 ## How it was made
 
 Issues come from public GitHub repositories, each checked out at its base commit in a confined sandbox;
@@ -202,7 +204,7 @@ attempts and {stats.translation_calls_skipped:,} translation calls left out).
 {_LIMITATIONS}"""
 
 
-def _loading(repo_id: str) -> str:
+def _loading(repo_id: str, window: int) -> str:
     """The card's "How to load it" section: the two configs, and how to rebuild prefix-encoded rows."""
     return f"""## How to load it
 
@@ -213,14 +215,14 @@ sessions = load_dataset("{repo_id}", "sessions")  # one row per agent session
 ```
 
 An agent resends its whole history on every call, so each `calls` row is stored against an earlier row of
-its session (`delta_ref`, a `call_id` within the last {DELTA_WINDOW} rows of the same shard; null: stored
+its session (`delta_ref`, a `call_id` within the last {window} rows of the same shard; null: stored
 whole): the prompt ids are the reference's first `prompt_ids_prefix_len` ids then `prompt_ids_suffix`; the
 request body is the reference's first `request_prefix_chars` characters, then `request_json_delta`, then its
 last `request_suffix_chars` characters. Rebuild both walking a split in stored order:
 
 ```python
 from collections import OrderedDict
-def whole(rows, window={DELTA_WINDOW}):
+def whole(rows, window={window}):
     seen = OrderedDict()  # call_id -> (prompt ids, request json) of the last `window` rows
     for r in rows:
         ids, text = r["prompt_ids_suffix"], r["request_json_delta"]

@@ -41,7 +41,7 @@ from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import SplitPlan, plan_splits, session_rows, split_of
 from factory.publish.shards import ShardWriter
 from records import DATASET_CALLS_SCHEMA, SESSIONS_SCHEMA
-from records.dataset import CallDeltaEncoder
+from records.dataset import DELTA_WINDOW, CallDeltaEncoder
 from records.storage import calls_store
 
 __all__ = ["ExportSettings", "ExportStats", "export", "split_of"]
@@ -63,6 +63,12 @@ class ExportSettings(BaseSettings):
         default=None, gt=0, description="Also close a shard after this many rows"
     )
     batch_rows: int = Field(default=64, gt=0, description="Calls read from the proxy's parts per batch")
+    delta_window: int = Field(
+        default=DELTA_WINDOW,
+        ge=1,
+        description="Rows back a call's prompt ids and request may refer to its session's earlier call (within "
+        "a shard); at least the sessions a proxy interleaves in its parts, else rows are stored whole",
+    )
     repo_id: str = Field(
         default="dflash-factory/agent-traffic", description="Hub id used in the card's examples"
     )
@@ -118,7 +124,7 @@ class _Writers:
             self.open[(config, split)] = ShardWriter(
                 self.root / "data" / config, split, DATASET_CALLS_SCHEMA if calls else SESSIONS_SCHEMA,
                 max_bytes=self.cfg.shard_bytes, max_rows=self.cfg.rows_per_shard,
-                encoder=CallDeltaEncoder() if calls else None,
+                encoder=CallDeltaEncoder(window=self.cfg.delta_window) if calls else None,
             )  # fmt: skip
         return self.open[(config, split)]
 
@@ -169,7 +175,8 @@ def export(
     images = plots(stats, tmp / "plots")
     (tmp / "stats.json").write_text(json.dumps(stats_json(stats), indent=1, sort_keys=True) + "\n")
     (tmp / "README.md").write_text(
-        card(stats, images, held_out=cfg.held_out, repo_id=cfg.repo_id), encoding="utf-8"
+        card(stats, images, held_out=cfg.held_out, repo_id=cfg.repo_id, delta_window=cfg.delta_window),
+        encoding="utf-8",
     )
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from records.dataset import CallDeltaEncoder
+from records.dataset import DELTA_WINDOW_KEY, CallDeltaEncoder
 
 
 class ShardWriter:
@@ -35,6 +35,9 @@ class ShardWriter:
         encoder: CallDeltaEncoder | None = None,
     ) -> None:
         self.folder, self.split, self.schema = folder, split, schema
+        if encoder is not None:  # readers take the reach of a reference from the file (records.window_of)
+            meta = {**(schema.metadata or {}), DELTA_WINDOW_KEY: str(encoder.window).encode()}
+            self.schema = schema.with_metadata(meta)
         self.max_bytes, self.max_rows = max_bytes, max_rows
         # a batch stays well under a shard, so shards are cut near `max_bytes`
         self.batch_rows, self.batch_bytes = batch_rows, min(batch_bytes, max(1, max_bytes // 8))

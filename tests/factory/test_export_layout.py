@@ -101,6 +101,20 @@ def test_prefix_encoded_ids_come_back_whole_and_take_a_fraction_of_the_space(
     assert all(got[r["call_id"]]["request_json"] == r["request_json"] for r in rows)
 
 
+def test_the_delta_window_is_written_in_each_file_and_readers_use_it(tmp_path, agent_traffic):
+    """`delta_window`: how far back a reference may reach. It is written in each file's metadata and
+    readers (records.io, the card's snippet) take it from there; the interleaving it must cover is
+    measured in benchmarks/export_scale.py --concurrency."""
+    sessions, rows = agent_traffic
+    out = tmp_path / "ds"
+    export(sessions, tmp_path / "data", out, delta_window=2)
+    files = sorted((out / "data" / "calls").glob("*.parquet"))
+    assert {pq.read_schema(f).metadata[b"dflash.delta_window"] for f in files} == {b"2"}
+    got = {r["call_id"]: r for r in read_table(out).to_pylist()}  # decoded with the file's own window
+    assert all(got[r["call_id"]]["prompt_token_ids"] == r["prompt_token_ids"] for r in rows)
+    assert "within the last 2 rows" in (out / "README.md").read_text()
+
+
 def test_shards_are_cut_by_bytes_and_each_decodes_alone(tmp_path, agent_traffic):
     sessions, rows = agent_traffic
     out = tmp_path / "ds"
