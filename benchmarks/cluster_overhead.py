@@ -63,7 +63,7 @@ def scheduling(n: int, concurrency: int, tmp: Path) -> None:
     opts = RayOptions(address="local", upstream="http://127.0.0.1:9", store_url=str(tmp / "store"),
                       node_dir=tmp / "node", session_runner="fake", fake_calls=0)  # fmt: skip
     rr = RaySessionRunner(opts)
-    warm = _run(tmp / "warm", rr, 1, 1)  # starts the node's proxy + uploader actor
+    warm = _run(tmp / "warm", rr, 1, 1)  # starts the node's proxy actor (its uploader a thread in it)
     steady = _run(tmp / "ray", rr, n, concurrency)
     rr.close()
     ray.shutdown()
@@ -71,9 +71,7 @@ def scheduling(n: int, concurrency: int, tmp: Path) -> None:
     print(f"  local runner   {local:7.2f} s  {local / n * 1000:8.1f} ms/session (baseline)")
     print(f"  ray runner     {steady:7.2f} s  {steady / n * 1000:8.1f} ms/session "
           f"({steady / local:.1f}x; +{(steady - local) / n * 1000:.1f} ms/session)")  # fmt: skip
-    print(
-        f"  first session on a node (proxy + uploader actor start): {warm:.2f} s; ray.init (local): {started:.2f} s"
-    )
+    print(f"  first session on a node (proxy actor start): {warm:.2f} s; ray.init (local): {started:.2f} s")
 
 
 def upload(parts: int, part_mib: float, tmp: Path) -> None:
