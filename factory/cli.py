@@ -5,10 +5,10 @@ The commands of each stage live in `cli_ingest` and `cli_publish`; running the s
 
 from __future__ import annotations
 
-import enum
 import json
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -21,13 +21,9 @@ from factory.cli_common import DataDir, Db, app, console
 from factory.cli_common import db_sessions as _sessions
 from factory.harvest import HarvestOptions
 from factory.run.runners import RAY_EGRESS, RunOptions
+from factory.run.services import UpstreamApi
 
 __all__ = ["app", "cli_ingest", "cli_publish", "main"]  # the stage modules register their commands on `app`
-
-
-class UpstreamApi(enum.StrEnum):
-    native = "native"
-    chat = "chat"
 
 
 @app.callback()
@@ -64,7 +60,7 @@ def run(
             help="With --ray: what the node proxies send the target (chat: Messages and Responses translated "
             "to Chat Completions, with the target's exact token ids; native: each API as is)"
         ),
-    ] = UpstreamApi.native,
+    ] = "native",
 ) -> None:
     """Run planned sessions with N concurrent workers (safe to run on many hosts against one PostgreSQL)."""
     if ray and settings.egress:
@@ -80,7 +76,7 @@ def run(
 
         try:
             summary = run_from_cli(_sessions(db, data_dir), settings, data_dir, address=ray, store_url=store_url,
-                                   upstream=upstream, upstream_api=upstream_api.value, console=console)  # fmt: skip
+                                   upstream=upstream, upstream_api=upstream_api, console=console)  # fmt: skip
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from None
@@ -147,14 +143,14 @@ def _setup_failures(s: OrmSession) -> dict[str, dict[str, object]]:
         .where(Session.environment.is_not(None))
         .order_by(Session.finished_at)
     ).all()
-    out: dict[str, dict[str, object]] = {}
+    failed: Counter[str] = Counter()
+    last: dict[str, object] = {}
     for name, env in rows:
         setup = (env or {}).get("setup") or {}
         if setup.get("status") == "failed":
-            seen = out.setdefault(name, {"sessions": 0})
-            seen["sessions"] = int(str(seen["sessions"])) + 1
-            seen["reason"] = setup.get("reason")
-    return out
+            failed[name] += 1
+            last[name] = setup.get("reason")  # rows come in finishing order: the latest one wins
+    return {name: {"sessions": n, "reason": last[name]} for name, n in failed.items()}
 
 
 @app.command()

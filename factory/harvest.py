@@ -201,7 +201,7 @@ def _sessions_stage(
                               "this host reach it; set TARGET_URL to a target every node reaches")  # fmt: skip
             summary["run"] = run_for_harvest(sessions, address=opts.ray, store_url=opts.store_url,
                                              upstream=opts.target_url or _target, runner=opts.runner, model=model,
-                                             upstream_api=opts.upstream_api if opts.target_url else "chat",
+                                             upstream_api=opts.proxy_upstream_api(),
                                              image=opts.image, time_limit_s=opts.session_timeout,
                                              data_dir=opts.data_dir, limit=opts.limit, console=console,
                                              more_coming=lambda: not translating.done())  # fmt: skip

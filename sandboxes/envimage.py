@@ -165,13 +165,15 @@ def _build(
                 else f"exit code {res.exit_code}"
             )
             free = _free_gb(client)
-            if "no space left on device" in tail.lower() or free < settings.env_min_free_gb:
-                # the disk filled while installing: not the repository's fault (no attempt is counted)
-                why = f"out of disk during setup ({free:.1f} GiB free for Docker): {why}"
+            # The disk filled while installing: the machine's fault, not the repository's (the "out of
+            # disk" reason is what ensure_env_image counts no attempt for).
+            full = "no space left on device" in tail.lower() or free < settings.env_min_free_gb
             return SetupOutcome(
                 "failed",
                 None,
-                reason=why if why.startswith("out of disk") else f"setup `{plan.setup}`: {why}",
+                reason=f"out of disk during setup ({free:.1f} GiB free for Docker): {why}"
+                if full
+                else f"setup `{plan.setup}`: {why}",
                 seconds=round(time.monotonic() - t0, 2),
                 egress=fetched,
                 tail=tail,

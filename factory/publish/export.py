@@ -16,6 +16,7 @@ files, byte for byte. docs/dataset.md describes every column."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -100,9 +101,11 @@ def _calls_dir(data_dir: Path, calls_url: str | None) -> Path:
     return cache
 
 
+@functools.cache
 def load_tokenizer(name: str) -> Any:
     # transformers is imported only when a tokenizer is asked for: it takes seconds to import, and an
-    # export without one needs nothing of it.
+    # export without one needs nothing of it. Cached: `harvest` checks the tokenizer loads before its
+    # sessions and the export uses the same one (encode/decode only, never changed).
     from transformers import AutoTokenizer
 
     try:

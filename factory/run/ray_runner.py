@@ -36,6 +36,7 @@ from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner, RunStats
 from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
 from factory.run.runners import RunOptions
+from factory.run.services import UpstreamApi
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,7 @@ class RayOptions(BaseSettings):
         default="sandbox",
         description="What a node runs per session: a Docker sandbox, or scripted calls (tests).",
     )
-    upstream_api: Literal["native", "chat"] = Field(
-        default="native", description="The node proxies' upstream API."
-    )
+    upstream_api: UpstreamApi = Field(default="native", description="The node proxies' upstream API.")
     model: str = Field(default="target", description="Model id the agents ask for.")
     image: str | None = Field(
         default=None, description="Agents image on every node (default: build or find)."
@@ -238,7 +237,7 @@ def run_from_cli(
     address: str,
     store_url: str | None,
     upstream: str | None,
-    upstream_api: Literal["native", "chat"] = "native",
+    upstream_api: UpstreamApi = "native",
     console: Console,
 ) -> dict[str, Any]:
     """`factory run --ray ADDRESS`: one worker thread per sandbox slot of the cluster (`--concurrency` is
@@ -261,7 +260,7 @@ def run_for_harvest(
     address: str,
     store_url: str | None,
     upstream: str,
-    upstream_api: Literal["native", "chat"],
+    upstream_api: UpstreamApi,
     runner: Literal["sandbox", "fake"],
     model: str,
     image: str | None,

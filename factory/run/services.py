@@ -29,6 +29,11 @@ from sandboxes.ledger import Ledger
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
+# What a proxy sends the target. chat: Messages/Responses calls become Chat Completions, the only API whose
+# answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
+UpstreamApi = Literal["chat", "native"]
+
+
 class ServiceOptions(BaseModel):
     data_dir: Path = Field(default=Path("data"), description="Database, calls, logs and dataset.")
     target_url: str | None = Field(
@@ -42,9 +47,7 @@ class ServiceOptions(BaseModel):
     target_max_tokens: int = Field(
         default=64, ge=1, description="CPU stand-in: larger completion limits are lowered to this."
     )
-    # chat: Messages/Responses calls become Chat Completions, the only API whose answers carry exact
-    # token ids (vLLM and the stand-in alike); native relays each API as is.
-    upstream_api: Literal["chat", "native"] = Field(
+    upstream_api: UpstreamApi = Field(
         default="chat", description="chat (token ids on every call) or native, for a TARGET_URL."
     )
     target_arg: list[str] = Field(
@@ -52,6 +55,10 @@ class ServiceOptions(BaseModel):
     )
     proxy_port: int = Field(default=0, ge=0, le=65535, description="The proxy's port (0: a free one).")
     target_port: int = Field(default=0, ge=0, le=65535, description="The stand-in's port (0: a free one).")
+
+    def proxy_upstream_api(self) -> UpstreamApi:
+        """What the proxies send the target: `upstream_api` for a TARGET_URL; the stand-in speaks Chat only."""
+        return self.upstream_api if self.target_url else "chat"
 
 
 def free_port() -> int:
@@ -159,7 +166,7 @@ def services(
         root = str(models["data"][0].get("root") or model)
         pport = opts.proxy_port or free_port()
         proxy = f"http://127.0.0.1:{pport}"
-        upstream_api = opts.upstream_api if opts.target_url else "chat"  # the stand-in speaks Chat only
+        upstream_api = opts.proxy_upstream_api()
         calls = f"{store_url}/calls" if store_url else f"{opts.data_dir}/calls"
         console.print(f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {calls}")
         argv = [sys.executable, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1",

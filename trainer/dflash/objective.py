@@ -47,12 +47,15 @@ def _create(mod: Any, q: int, context_len: int, device: torch.device, rows: int 
 
         n = min(rows, q - start)
         parts.append(create_block_mask(piece, B=None, H=None, Q_LEN=n, KV_LEN=kv_len, device=device))
-    full = [p.full_kv_num_blocks for p in parts]
+
+    def joined(name: str) -> torch.Tensor:  # the pieces' block rows, one under the other
+        return torch.cat([getattr(p, name) for p in parts], dim=2)
+
     return BlockMask.from_kv_blocks(
-        torch.cat([p.kv_num_blocks for p in parts], dim=2),
-        torch.cat([p.kv_indices for p in parts], dim=2),
-        None if any(f is None for f in full) else torch.cat(full, dim=2),  # type: ignore[arg-type]
-        None if any(f is None for f in full) else torch.cat([p.full_kv_indices for p in parts], dim=2),  # type: ignore[misc]
+        joined("kv_num_blocks"),
+        joined("kv_indices"),
+        joined("full_kv_num_blocks"),  # create_block_mask separates full blocks by default
+        joined("full_kv_indices"),
         BLOCK_SIZE=parts[0].BLOCK_SIZE,
         mask_mod=mod,
         seq_lengths=(q, kv_len),
