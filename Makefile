@@ -15,7 +15,7 @@ TARGET_MODEL ?= smollm2
 TARGET_HOST ?= 127.0.0.1
 TARGET_PORT ?= 8000
 
-.PHONY: install agents test test-fast lint format typecheck proxy target postgres
+.PHONY: install agents test test-fast lint format typecheck proxy target target-standin postgres vllm
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 install: $(VENV)/.installed
+
+# vLLM CPU, the real serving engine, in an environment of its own (it pins its own torch and
+# transformers); idempotent. Where it cannot run it says so in one line and the CPU stand-in serves.
+vllm: install
+	$(BIN)/python -m serving install
 
 # The three real agent CLIs at the versions the tests were written against.
 agents: install
@@ -51,7 +56,7 @@ export DFLASH_TEST_PG_URL
 postgres:
 	bash factory/db/ensure_postgres.sh
 
-test: install agents docker postgres lint typecheck
+test: install vllm agents docker postgres lint typecheck
 	$(BIN)/pytest -q
 
 # The edit loop: lint, types and every test that needs neither Docker, the agent CLIs, nor minutes of CPU.
@@ -70,32 +75,46 @@ docker:
 sandbox-images: install docker
 	$(BIN)/python -m sandboxes build
 
-target: install
+# The target on this host: vLLM (docs/target.md), or the CPU stand-in where vLLM cannot run (said in one line).
+target: vllm
+	@if $(BIN)/python -c "import sys; from serving.venv import availability as a; sys.exit(not a().ok)"; then \
+	  $(BIN)/python -m serving serve --model $(TARGET_MODEL) --host $(TARGET_HOST) --port $(TARGET_PORT); \
+	else \
+	  $(BIN)/python -c "from serving.venv import availability as a; print(a().line())"; \
+	  $(BIN)/python -m trainer serve-target --model $(TARGET_MODEL) --host $(TARGET_HOST) --port $(TARGET_PORT); \
+	fi
+
+# The CPU stand-in (standin/): the fast test double shaped like vLLM.
+target-standin: install
 	$(BIN)/python -m trainer serve-target --model $(TARGET_MODEL) --host $(TARGET_HOST) --port $(TARGET_PORT)
 
 # The main job on its embedded default: bundled sample issues (or GitHub with GITHUB_TOKEN), the CPU
 # stand-in target (unless TARGET_URL is set), the proxy, sandboxed agents, and the dataset in
 # $(DATA_DIR)/dataset. More flags through HARVEST_ARGS, e.g. HARVEST_ARGS="--limit 12 --concurrency 2".
 .PHONY: harvest
-harvest: install docker
+harvest: install vllm docker
 	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(HARVEST_ARGS)
 
 # A DFlash drafter for the CPU target ($(TARGET_MODEL)) on the calls `make harvest` recorded in $(DATA_DIR)
 # (the bundled sample of call records while there are none): train, evaluate (tau by real speculative
-# decoding + the lossless check), export. The run is runs/<name>/, runs/latest points to it.
+# decoding + the lossless check), export, and the parity gate against vLLM (docs/serving.md): an export that
+# fails it is refused (PARITY_ARGS=--override keeps it, marked). The run is runs/<name>/, runs/latest its link.
 TRAIN_CONFIG ?= trainer/configs/cpu.yaml
 RUNS_DIR ?= runs
 .PHONY: train
-train: install
+PARITY_ARGS ?=
+train: install vllm
 	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) --set runs_dir=$(RUNS_DIR) $(TRAIN_ARGS)
 	$(BIN)/python -m trainer eval $(RUNS_DIR)/latest
 	$(BIN)/python -m trainer export $(RUNS_DIR)/latest $(RUNS_DIR)/latest/export
+	$(BIN)/python -m trainer parity $(RUNS_DIR)/latest --launch $(PARITY_ARGS)
 
-# The drafter where it is served: the CPU stand-in target served plainly and with runs/latest/export
-# (`make train` first when there is none), 24 held-out calls replayed against both, the MAL / speedup
-# table printed (docs/serving.md). More through BENCH_ARGS, e.g. BENCH_ARGS="--draft chat=runs/chat/export".
+# The drafter where it is served: vLLM serving the target plainly, with ngram and suffix decoding and with
+# runs/latest/export as its dflash drafter (`make train` first when there is none), the held-out calls
+# replayed against each, the MAL / speedup table printed (docs/serving.md). Where vLLM cannot run, the CPU
+# stand-in serves plain and dflash. More through BENCH_ARGS, e.g. BENCH_ARGS="--draft chat=runs/chat/export".
 BENCH_ARGS ?=
 .PHONY: bench
-bench: install
+bench: install vllm
 	@test -f $(RUNS_DIR)/latest/export/config.json || $(MAKE) train
 	$(BIN)/python -m trainer.replay.bench --run $(RUNS_DIR)/latest $(BENCH_ARGS)

@@ -79,6 +79,8 @@ def create_app(
             uploader.notify()
         try:
             async with UpstreamClients(settings, transport) as client:
+                if settings.served_context is None and settings.discover_context:
+                    settings.served_context = await served_context(client.pick(), settings)
                 app.state.relay = Relay(
                     settings, client, the_sink, metrics, exchange or _default_exchange(settings)
                 )
@@ -119,6 +121,24 @@ def create_app(
     app.state.uploader = uploader
     app.state.settings = settings
     return app
+
+
+async def served_context(client: httpx.AsyncClient, settings: ProxySettings) -> int | None:
+    """The upstream's max_model_len from /v1/models (vLLM and the stand-in list it), or None: then only
+    `--max-tokens-cap` lowers completion limits (proxy/limits.py)."""
+    headers = (
+        {"authorization": f"Bearer {settings.upstream_key.get_secret_value()}"}
+        if settings.upstream_key
+        else {}
+    )
+    try:
+        reply = await client.get(f"{settings.upstream}/v1/models", headers=headers, timeout=10)
+        limit = reply.raise_for_status().json()["data"][0].get("max_model_len")
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as e:
+        log.warning("served context unknown (%s: %s): completion limits pass as sent", type(e).__name__, e)
+        return None
+    log.info("upstream serves %s tokens of context", limit)
+    return int(limit) if isinstance(limit, int) and limit > 0 else None
 
 
 def _default_exchange(settings: ProxySettings) -> ExchangeFactory:

@@ -12,6 +12,7 @@ from typing import Any
 from proxy import errors
 from proxy.config import ProxySettings
 from proxy.exchange import Exchange, ExchangeFactory, Passthrough
+from proxy.limits import capped
 from proxy.record import Call
 from proxy.tokenize import TOKENIZE_FLAG
 from wire import (
@@ -49,6 +50,13 @@ class ChatTokenIds:
 
     def body(self, data: bytes, status: int) -> bytes:
         return strip_token_ids_bytes(data)
+
+
+class CappedPassthrough(Passthrough):
+    """The client's request with its completion limit lowered (proxy/limits.py), the reply as the upstream
+    sent it. The body changed, so it goes up uncompressed (its own length, no client encoding)."""
+
+    rewrites = True
 
 
 class _Translating:
@@ -154,6 +162,9 @@ def exchange_factory(settings: ProxySettings) -> ExchangeFactory:
     def choose(call: Call, upstream_path: str, raw_body: bytes, body: dict[str, Any] | None) -> Exchange:
         if body is None:
             return Passthrough(upstream_path, raw_body)
+        if (lowered := capped(call.api, body, settings.max_tokens_cap, settings.served_context)) is not None:
+            body, call.max_tokens_capped = lowered
+            raw_body = dumps(body)  # what goes upstream; the client's own body is recorded as it sent it
         if call.api == "openai_chat" and ids and "return_token_ids" not in body:
             return ChatTokenIds(upstream_path, body)
         if chat_mode and call.api == "anthropic_messages":
@@ -164,6 +175,8 @@ def exchange_factory(settings: ProxySettings) -> ExchangeFactory:
             return CountTokensViaTokenize(call, body)
         if tokenize and call.api in ("anthropic_messages", "openai_responses"):
             call.extra[TOKENIZE_FLAG] = True  # filled when the record rolls, off the relay's path
+        if call.max_tokens_capped is not None:
+            return CappedPassthrough(upstream_path, raw_body)
         return Passthrough(upstream_path, raw_body)
 
     return choose

@@ -52,6 +52,18 @@ class ProxySettings(BaseSettings):
     tokenize_native: bool = Field(
         False, description="Fill prompt ids of native Messages/Responses calls from /tokenize when they roll."
     )
+    max_tokens_cap: int | None = Field(
+        None, ge=1, description="Lower each call's completion limit to this (and set it where none was sent)."
+    )
+    served_context: int | None = Field(
+        None,
+        ge=1,
+        description="The upstream's context (vLLM's max_model_len): a larger completion limit is lowered to "
+        "it. Unset: read from the upstream's /v1/models when the proxy starts (see --discover-context).",
+    )
+    discover_context: bool = Field(
+        True, description="Read the served context from the upstream's /v1/models at start when not given."
+    )
     proxy_id: str = Field(default_factory=default_proxy_id, description="This process's name in records.")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = Field(
         "warning", description="Log level."

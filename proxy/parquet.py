@@ -174,6 +174,7 @@ def _bare_row(call: Call, error: str | None) -> dict[str, Any]:
         "finished_at": _ts(call.finished_at),
         "translated": call.translated,
         "dropped_fields": [clean(f) for f in call.dropped_fields] or None,
+        "max_tokens_capped": call.max_tokens_capped,
         "upstream": clean(call.upstream),
         "proxy_id": clean(call.proxy_id),
     }

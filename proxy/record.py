@@ -74,6 +74,7 @@ class Call:
     response_content_type: str | None = None
     translated: bool = False
     dropped_fields: list[str] = field(default_factory=list)
+    max_tokens_capped: int | None = None  # the completion limit sent when the proxy lowered the client's
     # Extra facts a translating or tokenizing relay learns (e.g. ids from /tokenize).
     extra: dict[str, Any] = field(default_factory=dict)
     request_body: bytes = b""

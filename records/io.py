@@ -76,8 +76,9 @@ def parquet_files(path: str | Path, *, required: bool = True) -> list[Path]:
 def conform(table: pa.Table | pa.RecordBatch, version: int | None = None) -> pa.Table:
     """Bring a table of any schema version to the current column names (older names renamed).
 
-    Version 1 and 2 call records have the same columns; datasets and samples written by older code used
-    `language` for `lang`."""
+    Version 1 and 2 call records have the same columns, version 3 one more (`max_tokens_capped`, absent
+    from older parts: readers take only the columns a file has); datasets and samples written by older
+    code used `language` for `lang`."""
     t = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
     del version  # every version so far differs only by the renames below
     names = [LEGACY_NAMES.get(n, n) for n in t.column_names]

@@ -6,7 +6,8 @@ docs/schema.md describes every column.
 
 Versions (stored in each Parquet file's metadata under `dflash.schema_version`):
 - 1: parts written before this package existed (no version in the metadata); the same columns as 2.
-- 2: the columns below.
+- 2: the columns below but `max_tokens_capped`.
+- 3: `max_tokens_capped` added (null in older parts).
 A reader brings every version to the current one with `records.io.conform`.
 """
 
@@ -19,7 +20,7 @@ from typing import Annotated, Any, get_type_hints
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 VERSION_KEY = b"dflash.schema_version"
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -66,6 +67,7 @@ class CallRecord:
     finish_reason: Str = None
     translated: Annotated[bool | None, pa.bool_()] = None
     dropped_fields: Annotated[list[str] | None, pa.list_(pa.string())] = None
+    max_tokens_capped: Count = None  # the completion limit the proxy sent when it lowered the client's
     upstream: Str = None
     proxy_id: Str = None
 

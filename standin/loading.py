@@ -212,13 +212,40 @@ def smollm2_cache_dir(root: Path) -> Path:
     return root / f"smollm2-135m-instruct-{importlib.metadata.version(SMOLLM2_DIST)}"
 
 
+# SmolLM2-135M was trained to 8,192 positions, but an agent's prompt with its tools is ≈ 12.5k tokens. The
+# folder declares 32,768 (plain RoPE, no scaling: what Hugging Face computes at any position anyway), so vLLM
+# serves that context without overrides and a drafter exported for this target carries the same table.
+SMOLLM2_POSITIONS = 32768
+
+
+def smollm2_folder(root: Path) -> Path:
+    """The SmolLM2 safetensors folder under `root` (what vLLM and the stand-in load), converted once."""
+    final = smollm2_cache_dir(root)
+    if not (final / "config.json").exists():
+        _convert_smollm2(final)
+    config = json.loads((final / "config.json").read_text())
+    if config.get("max_position_embeddings") != SMOLLM2_POSITIONS:  # a folder converted by an older version
+        config["max_position_embeddings"] = SMOLLM2_POSITIONS
+        tmp = final / ".config.json.tmp"
+        tmp.write_text(json.dumps(config, indent=2) + "\n")
+        tmp.replace(final / "config.json")
+    return final
+
+
+def smollm2_tools_template() -> str:
+    """SmolLM2's ChatML template plus tools, tool calls and tool results (Hermes convention): the template
+    vLLM serves SmolLM2 with for the agents (serving/launch.py), so both render the same prompt."""
+    return (Path(__file__).parent / "templates" / "smollm2_tools.jinja").read_text()
+
+
 def _load_smollm2(
     final: Path, dtype: torch.dtype, placement: Any
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    if not (final / "config.json").exists():
-        _convert_smollm2(final)
+    smollm2_folder(final.parent)
     model = AutoModelForCausalLM.from_pretrained(final, dtype=dtype, device_map=placement)
-    return model, AutoTokenizer.from_pretrained(final)
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    tokenizer.chat_template = smollm2_tools_template()
+    return model, tokenizer
 
 
 def _convert_smollm2(final: Path) -> None:

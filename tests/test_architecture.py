@@ -2,6 +2,7 @@
 
     clikit records wire           settings→CLI; the contracts (call record, wire formats): import no project package
     standin  sandboxes            the stand-in target; the Docker sandboxes
+    serving                       the real engine (vLLM): its environment, launch flags and target checks
     proxy    trainer              the recording relay; the drafter's data, model, training and evaluation
     factory                       the job that runs everything
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("clikit", "records", "wire", "standin", "sandboxes", "proxy", "trainer", "factory")
+PACKAGES = ("clikit", "records", "wire", "standin", "serving", "sandboxes", "proxy", "trainer", "factory")
 ALLOWED = {
     "clikit": set(),
     "records": set(),
@@ -22,8 +23,9 @@ ALLOWED = {
     "standin": {"clikit", "records", "wire"},
     "sandboxes": {"clikit", "records"},
     "proxy": {"clikit", "records", "wire"},
-    "trainer": {"clikit", "records", "wire", "standin"},
-    "factory": {"clikit", "records", "wire", "sandboxes"},
+    "serving": {"clikit", "standin"},
+    "trainer": {"clikit", "records", "wire", "standin", "serving"},
+    "factory": {"clikit", "records", "wire", "sandboxes", "serving"},
 }
 
 

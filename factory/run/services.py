@@ -1,4 +1,5 @@
-"""The services a harvest starts: the CPU stand-in target (when no TARGET_URL is given) and the proxy.
+"""The services a harvest starts: the target (when no TARGET_URL is given: vLLM, or the CPU stand-in where vLLM
+cannot run) and the proxy. Any target, a user's own included, is probed first the way the agents use it.
 
 Each is a child process in its own process group (so a Ctrl-C on the terminal reaches the runner first,
 which stops claiming and stops them in order) that also dies with the run however the run dies: Linux's
@@ -25,6 +26,8 @@ from rich.console import Console
 
 from records.storage import Store
 from sandboxes.ledger import Ledger
+from serving.check import TargetCheck, check_target
+from serving.venv import availability
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -32,6 +35,7 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What a proxy sends the target. chat: Messages/Responses calls become Chat Completions, the only API whose
 # answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
 UpstreamApi = Literal["chat", "native"]
+Engine = Literal["vllm", "standin"]
 
 
 class ServiceOptions(BaseModel):
@@ -39,13 +43,19 @@ class ServiceOptions(BaseModel):
     target_url: str | None = Field(
         default=None, description="An OpenAI-compatible target; unset: start the CPU stand-in."
     )
-    target_model: str = Field(default="smollm2", description="CPU stand-in model when TARGET_URL is unset.")
-    # The agents ask for up to 32,000 completion tokens; a stand-in with its native 8,192-token context
-    # rejects every such call (as vLLM would). A longer limit lets the calls through.
-    target_max_model_len: int = Field(default=65536, ge=1, description="Context the CPU stand-in accepts.")
-    # ...and a CPU cannot decode 32k tokens within a session: the stand-in lowers larger limits to this.
+    target_model: str = Field(
+        default="smollm2", description="The local target's model when TARGET_URL is unset."
+    )
+    target_engine: Literal["auto", "vllm", "standin"] = Field(
+        default="auto",
+        description="What serves the local target: vllm (make vllm installs it), standin (the CPU test double), "
+        "or auto (vLLM where it can run here).",
+    )
+    # Claude Code's first prompt with its tools rendered is ≈ 12.5k SmolLM2 tokens and a session grows.
+    target_max_model_len: int = Field(default=32768, ge=1, description="Context the local target serves.")
+    # A CPU cannot decode 32k tokens within a session: the proxy lowers larger limits to this (recorded).
     target_max_tokens: int = Field(
-        default=64, ge=1, description="CPU stand-in: larger completion limits are lowered to this."
+        default=64, ge=1, description="Local target: the proxy lowers larger completion limits to this."
     )
     upstream_api: UpstreamApi = Field(
         default="chat", description="chat (token ids on every call) or native, for a TARGET_URL."
@@ -130,18 +140,58 @@ class Service:
             self.proc.wait()
 
 
+def target_engine(opts: ServiceOptions, console: Console) -> Engine:
+    """The engine a local target runs on: vLLM unless it cannot run here (said in one line) or the stand-in
+    was asked for."""
+    if opts.target_engine != "auto":
+        return opts.target_engine
+    have = availability()
+    if not have.ok:
+        console.print(f"[yellow]target[/] {have.line()}", soft_wrap=True)
+        return "standin"
+    return "vllm"
+
+
 def _target(opts: ServiceOptions, console: Console, ledger: Ledger | None) -> tuple[str, Service | None]:
     if opts.target_url:
         return opts.target_url, None
     port = opts.target_port or free_port()
     url = f"http://127.0.0.1:{port}"
-    console.print(f"[bold]target[/] starting the CPU stand-in ({opts.target_model}) on {url}")
-    argv = [sys.executable, "-m", "trainer", "serve-target", "--model", opts.target_model,
-            "--port", str(port), "--max-model-len", str(opts.target_max_model_len),
-            "--max-tokens-cap", str(opts.target_max_tokens), *opts.target_arg]  # fmt: skip
+    common = [
+        "--model",
+        opts.target_model,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(opts.target_max_model_len),
+    ]
+    if target_engine(opts, console) == "vllm":
+        console.print(
+            f"[bold]target[/] starting vLLM ({opts.target_model}) on {url} (the first start compiles)"
+        )
+        argv = [sys.executable, "-m", "serving", "serve", *common, *opts.target_arg]
+    else:
+        console.print(f"[bold]target[/] starting the CPU stand-in ({opts.target_model}) on {url}")
+        argv = [sys.executable, "-m", "trainer", "serve-target", *common,
+                "--max-tokens-cap", str(opts.target_max_tokens), *opts.target_arg]  # fmt: skip
     svc = Service("target", argv, f"{url}/health", opts.data_dir / "logs", ledger)
     svc.start(timeout_s=900)
     return url, svc
+
+
+def checked_target(url: str, console: Console) -> TargetCheck:
+    """The target probed the way the agents will use it; every problem is said, and the run refused."""
+    result = check_target(url)
+    if not result.ok:
+        raise TargetRefused(
+            "the target would refuse the agents' calls:\n"
+            + "\n".join(f"  - {p}" for p in result.problems)
+            + "\n(docs/factory.md lists the flags a vLLM needs for the three agents)"
+        )
+    console.print(
+        f"[bold]target[/] {result.model} serves {result.max_model_len:,} tokens; tool calls accepted"
+    )
+    return result
 
 
 class Served(NamedTuple):
@@ -161,6 +211,7 @@ def services(
     try:
         target, svc = _target(opts, console, ledger)
         started += [svc] if svc else []
+        checked_target(target, console)
         models = httpx.get(f"{target.rstrip('/')}/v1/models", timeout=30).json()
         model = str(models["data"][0]["id"])
         root = str(models["data"][0].get("root") or model)
@@ -171,6 +222,8 @@ def services(
         console.print(f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {calls}")
         argv = [sys.executable, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1",
                 "--port", str(pport), "--data-dir", str(opts.data_dir), "--upstream-api", upstream_api]  # fmt: skip
+        if not opts.target_url:  # a CPU decodes a few tokens a second: the agents' 32k limits are lowered
+            argv += ["--max-tokens-cap", str(opts.target_max_tokens)]
         if store_url:
             # A short final drain: `stop` gives the proxy 30 s in all, and `upload_to_store` takes what is left.
             argv += ["--store-url", store_url, "--upload-drain-s", "10"]
@@ -225,6 +278,10 @@ def upload_to_store(data_dir: Path, store_url: str) -> str:
         f"{r.stdout.strip()}; {len(transcripts)} transcript(s) to {store_url}/transcripts, "
         f"{len(logs)} log(s) to {store_url}/logs/{socket.gethostname()}"
     )
+
+
+class TargetRefused(RuntimeError):
+    """The target would refuse the agents' calls (no tool parser, a template without tools, a short context)."""
 
 
 class StoreUnavailable(RuntimeError):

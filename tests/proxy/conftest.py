@@ -23,6 +23,7 @@ Handler = Callable[[httpx.Request], Any]
 async def proxied(handler: Handler, **settings: Any) -> AsyncIterator[tuple[httpx.AsyncClient, MemorySink]]:
     """A client talking to the proxy app, whose upstream is `handler` (an httpx.MockTransport)."""
     sink = MemorySink()
+    settings.setdefault("discover_context", False)  # the handler sees only the calls a test makes
     cfg = ProxySettings(upstream="http://upstream.test", **settings)
     app = create_app(cfg, sink=sink, transport=httpx.MockTransport(handler))
     async with app.router.lifespan_context(app):
@@ -36,6 +37,7 @@ async def proxied_app(
     handler: Handler | httpx.AsyncBaseTransport, sink: Any = None, **settings: Any
 ) -> AsyncIterator[Any]:
     """The proxy app itself (lifespan running), for tests that speak ASGI to it (tests/proxy/asgi_client.py)."""
+    settings.setdefault("discover_context", False)
     cfg = ProxySettings(upstream="http://upstream.test", **settings)
     transport = handler if isinstance(handler, httpx.AsyncBaseTransport) else httpx.MockTransport(handler)
     app = create_app(cfg, sink=sink if sink is not None else MemorySink(), transport=transport)

@@ -1,5 +1,6 @@
-"""`make bench`: the stand-in target served plainly and with each drafter, the run's held-out calls
-replayed against them, the table printed (docs/serving.md).
+"""`make bench`: the target served by vLLM plainly, with the model-free methods it ships (`ngram`, `suffix`)
+and with each drafter (`dflash`), the run's held-out calls replayed against every server, the table printed
+(docs/serving.md). Where vLLM cannot run, the CPU stand-in serves `plain` and the drafters (said in one line).
 
     python -m trainer.replay.bench --run runs/latest [--draft chat=runs/chat/export] [--calls 24]
 
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+from typing import Literal, NamedTuple
 
 import httpx
 import typer
@@ -25,6 +27,8 @@ import yaml
 from pydantic import BaseModel, Field
 
 from clikit import settings_command
+from serving.launch import Method, speculative_config
+from serving.venv import availability
 from trainer.replay.calls import ReplayError
 from trainer.replay.cli import progress_reporter, run_replay
 from trainer.replay.settings import ReplaySettings
@@ -32,7 +36,7 @@ from trainer.replay.summary import markdown
 
 
 class BenchSettings(BaseModel):
-    """Serve the CPU stand-in plainly and with drafters; replay a run's held-out calls against them."""
+    """Serve the target plainly, with model-free methods and with drafters; replay a run's held-out calls."""
 
     run: Path = Field(
         default=Path("runs/latest"), description="The training run: its target, data and held-out split."
@@ -41,6 +45,19 @@ class BenchSettings(BaseModel):
         default_factory=list,
         description="LABEL=DIR of a drafter to serve (repeat it); default dflash=RUN/export.",
     )
+    engine: Literal["auto", "vllm", "standin"] = Field(
+        default="auto", description="What serves: vllm, the CPU stand-in, or auto (vLLM where it can run)."
+    )
+    methods: list[str] = Field(
+        default_factory=lambda: ["ngram", "suffix"],
+        description="Model-free speculative methods served beside plain and the drafters (vLLM only).",
+    )
+    draft_tokens: int = Field(default=7, ge=1, description="Tokens each speculative method drafts per step.")
+    compile: bool = Field(
+        default=True, description="vLLM: torch.compile each server (as served in production)."
+    )
+    max_model_len: int = Field(default=32768, ge=256, description="vLLM: the context each server serves.")
+    kv_cache_gib: float = Field(default=2.0, gt=0, description="vLLM: KV cache per server (GiB).")
     calls: int = Field(default=24, ge=1, description="Held-out calls replayed.")
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 8], description="Concurrency levels (default: 1 and 8)."
@@ -53,7 +70,11 @@ class BenchSettings(BaseModel):
     )
     max_num_seqs: int = Field(default=8, ge=1, description="Requests each server interleaves.")
     out: Path | None = Field(default=None, description="Where the report goes; default RUN/replay.")
-    startup_timeout: float = Field(default=300.0, gt=0, description="Seconds a server may take to load.")
+    startup_timeout: float = Field(
+        default=900.0,
+        gt=0,
+        description="Seconds a server may take to load (vLLM compiles on its first start).",
+    )
 
 
 def _free_port() -> int:
@@ -74,28 +95,43 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) ->
     raise ReplayError(f"the server for {url} did not answer /health within {timeout:.0f}s; see {log}")
 
 
+class Server(NamedTuple):
+    method: Method
+    draft: Path | None = None
+
+
+def command(engine: str, target: str, server: Server, port: int, s: BenchSettings) -> list[str]:
+    """The command line of one server: `python -m serving serve` (vLLM) or the stand-in's."""
+    if engine == "vllm":
+        cmd = [sys.executable, "-m", "serving", "serve", "--model", target, "--port", str(port),
+               "--max-model-len", str(s.max_model_len), "--kv-cache-gib", str(s.kv_cache_gib)]  # fmt: skip
+        cmd += [] if s.compile else ["--no-compile"]
+        spec = speculative_config(server.method, server.draft, s.draft_tokens)
+        return cmd + (["--speculative-config", json.dumps(spec)] if spec else [])
+    cmd = [sys.executable, "-m", "trainer", "serve-target", "--model", target, "--host", "127.0.0.1",
+           "--port", str(port), "--threads", str(s.threads), "--max-num-seqs", str(s.max_num_seqs),
+           "--log-level", "warning"]  # fmt: skip
+    return cmd + (["--draft", str(server.draft)] if server.draft is not None else [])
+
+
 @contextlib.contextmanager
 def served(
-    target: str, drafts: dict[str, Path | None], s: BenchSettings, out: Path
+    engine: str, target: str, servers: dict[str, Server], s: BenchSettings, out: Path
 ) -> Iterator[dict[str, str]]:
-    """label → URL of one stand-in server per entry (None: plain decoding), all stopped on exit."""
+    """label → URL of one server per entry, all stopped on exit."""
     procs: list[subprocess.Popen[bytes]] = []
     urls: dict[str, str] = {}
     try:
-        for label, draft in drafts.items():
+        for label, server in servers.items():
             port = _free_port()
-            cmd = [sys.executable, "-m", "trainer", "serve-target", "--model", target, "--host", "127.0.0.1",
-                   "--port", str(port), "--threads", str(s.threads), "--max-num-seqs", str(s.max_num_seqs),
-                   "--log-level", "warning"]  # fmt: skip
-            if draft is not None:
-                cmd += ["--draft", str(draft)]
+            cmd = command(engine, target, server, port, s)
             log = out / f"server-{label}.log"
             with log.open("wb") as f:
                 procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT))
             urls[label] = f"http://127.0.0.1:{port}"
         for (label, url), proc in zip(urls.items(), procs, strict=True):
             _wait(url, proc, s.startup_timeout, out / f"server-{label}.log")
-            typer.echo(f"bench: {label} serving {target} on {url}", err=True)
+            typer.echo(f"bench: {label} ({engine}) serving {target} on {url}", err=True)
         yield urls
     finally:
         for proc in procs:
@@ -112,14 +148,33 @@ def _sigterm(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # unwinds through `served`, which stops the servers
 
 
-def _drafts(s: BenchSettings) -> dict[str, Path | None]:
-    drafts: dict[str, Path | None] = {"base": None}
+def bench_engine(s: BenchSettings) -> str:
+    if s.engine != "auto":
+        return s.engine
+    have = availability()
+    if not have.ok:
+        typer.echo(f"bench: {have.line()}", err=True)
+    return "vllm" if have.ok else "standin"
+
+
+def servers(s: BenchSettings, engine: str) -> dict[str, Server]:
+    """label → server: `plain`, the model-free methods (vLLM only), then each drafter."""
+    out: dict[str, Server] = {"plain": Server("plain")}
+    for method in s.methods:
+        if method not in ("ngram", "suffix"):
+            raise ReplayError(f"--methods {method!r}: the model-free methods are ngram and suffix")
+        if engine == "vllm":
+            out[method] = Server(method)  # type: ignore[arg-type]
+        else:
+            typer.echo(
+                f"bench: {method}: the CPU stand-in serves no {method} decoding; row left out", err=True
+            )
     for text in s.draft or [f"dflash={s.run / 'export'}"]:
         label, _, path = text.partition("=")
         if not path or not Path(path).is_dir():
             raise ReplayError(f"--draft {text!r}: expected LABEL=DIR of an exported drafter")
-        drafts[label] = Path(path)
-    return drafts
+        out[label] = Server("dflash", Path(path))
+    return out
 
 
 def bench(s: BenchSettings) -> dict[str, object]:
@@ -130,12 +185,12 @@ def bench(s: BenchSettings) -> dict[str, object]:
     target = str(yaml.safe_load((s.run / "config.yaml").read_text()).get("target", "smollm2"))
     out = s.out or s.run / "replay"
     out.mkdir(parents=True, exist_ok=True)
-    drafts = _drafts(s)
-    with served(target, drafts, s, out) as urls:
+    engine = bench_engine(s)
+    with served(engine, target, servers(s, engine), s, out) as urls:
         settings = ReplaySettings(
             data=source,
             endpoint=[f"{label}={url}" for label, url in urls.items()],
-            baseline="base",
+            baseline="plain",
             held_out_from=s.run,
             calls=s.calls,
             max_tokens=s.max_tokens,
@@ -147,7 +202,7 @@ def bench(s: BenchSettings) -> dict[str, object]:
 
 @settings_command(BenchSettings)
 def bench_command(settings: BenchSettings) -> None:
-    """Serve the stand-in target plainly and with the run's drafter; replay its held-out calls; the table."""
+    """Serve the target plainly, with ngram/suffix and with the run's drafter; replay its held-out calls."""
     signal.signal(signal.SIGTERM, _sigterm)
     try:
         report = bench(settings)

@@ -33,8 +33,16 @@ class Outcome:
         return self.error is None
 
     @property
+    def decode_seconds(self) -> float:
+        """Time after the first token (the whole request when none was timed)."""
+        return self.seconds - self.ttft if self.ttft is not None else self.seconds
+
+    @property
     def tokens_per_s(self) -> float | None:
-        return self.completion_tokens / self.seconds if self.ok and self.seconds > 0 else None
+        """Decode rate: tokens after the first per second after it."""
+        if not self.ok or self.decode_seconds <= 0:
+            return None
+        return max(self.completion_tokens - 1, 0) / self.decode_seconds
 
     def output(self) -> tuple[str, Any]:
         """What two endpoints' replies are compared by: the token ids when both sent them, else the text."""

@@ -18,6 +18,7 @@ import httpx
 from trainer.replay.calls import ReplayCall, ReplayError
 from trainer.replay.client import Outcome, send
 from trainer.replay.counters import SpecCounters, scrape
+from trainer.replay.divergence import Divergence, classify
 from trainer.replay.settings import ReplaySettings
 
 
@@ -32,10 +33,12 @@ class Served:
     max_model_len: int | None
     speculative: bool
     has_counters: bool
+    engine: str | None = None  # what /version reports (vLLM: "vLLM 0.32.0")
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "url": self.url,
+            "engine": self.engine,
             "model": self.model,
             "root": self.root,
             "max_model_len": self.max_model_len,
@@ -67,6 +70,7 @@ class ReplayRun:
     served: list[Served]
     runs: list[LevelRun] = field(default_factory=list)
     aborted: str | None = None
+    divergences: list[Divergence] = field(default_factory=list)
 
 
 async def probe(client: httpx.AsyncClient, label: str, url: str, speculative: bool) -> Served:
@@ -101,7 +105,20 @@ async def probe(client: httpx.AsyncClient, label: str, url: str, speculative: bo
         int(limit) if limit else None,
         speculative,
         counters is not None,
+        await engine_version(client, url, card),
     )
+
+
+async def engine_version(client: httpx.AsyncClient, url: str, card: dict[str, Any]) -> str | None:
+    """The engine and its version as the server reports them (vLLM's /version; its cards say owned_by)."""
+    try:
+        reply = await client.get(f"{url}/version")
+        version = reply.json().get("version") if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        version = None
+    owner = str(card.get("owned_by") or "")
+    name = "vLLM" if owner == "vllm" else owner or "unknown engine"
+    return f"{name} {version}" if version else name
 
 
 def check_same_model(served: list[Served]) -> None:
@@ -182,4 +199,29 @@ async def replay(settings: ReplaySettings, calls: list[ReplayCall], progress: Pr
                         )
         except ReplayError as e:
             result.aborted = str(e)
+        result.divergences = await divergences(client, settings, calls, result)
     return result
+
+
+async def divergences(
+    client: httpx.AsyncClient, settings: ReplaySettings, calls: list[ReplayCall], result: ReplayRun
+) -> list[Divergence]:
+    """Every greedy output that differs from the baseline's, classified by the baseline's own top-2 gap."""
+    by_id = {c.call_id: c for c in calls}
+    base_label = settings.baseline_label
+    base_served = next((s for s in result.served if s.label == base_label), None)
+    found: list[Divergence] = []
+    if base_served is None:
+        return found
+    for level in settings.concurrency:
+        runs = {r.label: r for r in result.runs if r.concurrency == level}
+        if base_label not in runs:
+            continue
+        base = {o.call_id: o for o in runs[base_label].outcomes if o.ok}
+        for label, run in runs.items():
+            for o in run.outcomes if label != base_label else []:
+                if o.ok and o.call_id in base:
+                    d = await classify(client, base_served.url, base_served.model, by_id[o.call_id],
+                                       base[o.call_id], o, settings.near_tie)  # fmt: skip
+                    found += [d] if d is not None else []
+    return found

@@ -68,6 +68,12 @@ class ReplaySettings(BaseModel):
         default=Path("runs/replay"), description="Folder for report.json, summary.md and the plots."
     )
     timeout: float = Field(default=900.0, gt=0, description="Seconds one request may take.")
+    near_tie: float = Field(
+        default=0.1,
+        ge=0,
+        description="A greedy output that parts from the baseline's where the baseline's top-2 log-probabilities "
+        "are closer than this (nats) is a near-tie of rounding, reported; a wider gap refuses the run.",
+    )
 
     @field_validator("endpoint")
     @classmethod

@@ -12,11 +12,15 @@ def _f(x: Any, fmt: str = "{:.2f}", none: str = "–") -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     sel, base = report["selection"], report["baseline"]
+    engines = sorted({str(e.get("engine")) for e in report["endpoints"].values() if e.get("engine")})
     lines = [
         f"# Replay of {sel['sampled']} held-out calls ({sel['held_out_by']}; {sel['by_token_ids']} by token ids, "
         f"{sel['by_chat_fallback']} by chat) — baseline `{base}`",
         "",
-        "| concurrency | endpoint | MAL | acceptance at positions 1.. | tok/s per request | TTFT s | speedup "
+        f"Served by {', '.join(engines) or 'an unnamed engine'}; MAL and acceptance from its own counters. "
+        "Outputs ≠ baseline: differing / compared (near-ties of the target's top-2 in brackets).",
+        "",
+        "| concurrency | method | MAL | acceptance at positions 1.. | tok/s per request | TTFT s | speedup "
         "| outputs ≠ baseline | failed |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -25,6 +29,7 @@ def markdown(report: dict[str, Any]) -> str:
             spec = st["spec"] or {}
             acc = " ".join(f"{a:.2f}" for a in spec.get("per_position_acceptance", [])[:8]) or "–"
             differ = "–" if label == base else f"{st['outputs_differ']}/{st['outputs_compared']}"
+            differ += f" ({st['near_ties']})" if st.get("near_ties") else ""
             speedup = "1 (baseline)" if label == base else _f(st["speedup"], "{:.2f}×")
             lines.append(
                 f"| {level['concurrency']} | {label} | {_f(spec.get('mal'))} | {acc} | {_f(st['tokens_per_s'], '{:.1f}')} "
