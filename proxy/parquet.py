@@ -73,6 +73,11 @@ def _row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
     source = "upstream" if prompt_ids is not None else None
     if prompt_ids is None and call.extra.get("prompt_token_ids") is not None:
         prompt_ids, source = call.extra["prompt_token_ids"], call.extra.get("token_ids_source")
+        if result.prompt_tokens is not None and len(prompt_ids) != result.prompt_tokens:
+            # /tokenize renders the proxy's translation; the engine's native front end may render the
+            # call otherwise (vLLM keeps Claude Code's `defer_loading` placeholder tool, the translation
+            # drops it): ids the engine did not see are worse than none (docs/translation.md).
+            prompt_ids = None
     if body is not None:
         body = _without_ids(body)  # the ids have their own columns; keep response_json what the client saw
     row = _bare_row(call, call.error or decode_error)

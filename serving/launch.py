@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from serving.venv import native_bf16, python
 
 SMOLLM2 = "smollm2"
+TINY_QWEN3 = "tiny-qwen3"
 Method = Literal["plain", "ngram", "suffix", "dflash"]
 
 
@@ -53,7 +54,9 @@ class VllmServer(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(SMOLLM2, description="smollm2 (the cached CPU target), a model folder or a Hub name.")
+    model: str = Field(
+        SMOLLM2, description="smollm2 (the CPU target), tiny-qwen3 (for tests), a model folder or a Hub name."
+    )
     served_model_name: str | None = Field(None, description="Model id in the API; default: --model's value.")
     host: str = Field("127.0.0.1", description="Address to listen on.")
     port: int = Field(8000, ge=1, le=65535, description="Port to listen on.")

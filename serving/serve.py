@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from serving.launch import SMOLLM2, VllmServer
+from serving.launch import SMOLLM2, TINY_QWEN3, VllmServer
 from serving.venv import availability
-from standin.loading import cache_root, smollm2_folder
+from standin.loading import cache_root, smollm2_folder, tiny_qwen3_folder
 
 
 class ServeError(RuntimeError):
@@ -18,9 +18,12 @@ class ServeError(RuntimeError):
 
 
 def model_path(model: str) -> str:
-    """`smollm2` → the cached safetensors folder (converted from the bundled GGUF once); else as given."""
+    """The built-in targets' cached folders (SmolLM2 converted from the bundled GGUF, tiny-qwen3 saved from
+    its seed), made once; a folder or Hub name as given."""
     if model == SMOLLM2:
         return str(smollm2_folder(cache_root()))
+    if model == TINY_QWEN3:
+        return str(tiny_qwen3_folder(cache_root()))
     return model
 
 

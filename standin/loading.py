@@ -277,6 +277,28 @@ def qwen_tokenizer_dir() -> Path:
     return _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent
 
 
+def tiny_qwen3_folder(root: Path) -> Path:
+    """tiny-qwen3 saved once under `root` (its weights are seeded, so every save is the same model): the
+    folder a serving engine loads it from."""
+    final = root / f"tiny-qwen3-{TINY_QWEN3_SEED}"
+    if (final / "config.json").exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = _build_tiny_qwen3()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not (final / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
 def _build_tiny_qwen3() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
     config = Qwen3Config(**TINY_QWEN3_CONFIG)
