@@ -59,9 +59,9 @@ postgres:
 test: install vllm agents docker postgres lint typecheck
 	$(BIN)/pytest -q
 
-# The edit loop: lint, types and every test that needs neither Docker, the agent CLIs, nor minutes of CPU.
+# The edit loop: lint, types and every test that needs neither Docker, the agent CLIs, vLLM nor minutes of CPU.
 test-fast: install lint typecheck
-	$(BIN)/pytest -q -m "not docker and not cli and not slow"
+	$(BIN)/pytest -q -m "not docker and not cli and not slow and not vllm"
 
 proxy: install
 	$(BIN)/python -m proxy serve --upstream "$(TARGET_URL)" --host $(PROXY_HOST) --port $(PROXY_PORT) --data-dir $(DATA_DIR)

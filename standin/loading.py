@@ -213,7 +213,7 @@ def smollm2_cache_dir(root: Path) -> Path:
 
 
 # SmolLM2-135M was trained to 8,192 positions, but an agent's prompt with its tools is ≈ 12.5k tokens. The
-# folder declares 32,768 (plain RoPE, no scaling: what Hugging Face computes at any position anyway), so vLLM
+# folder declares 32,768 (tiny-qwen3's too) (plain RoPE, no scaling: what Hugging Face computes at any position anyway), so vLLM
 # serves that context without overrides and a drafter exported for this target carries the same table.
 SMOLLM2_POSITIONS = 32768
 
@@ -285,6 +285,7 @@ def tiny_qwen3_folder(root: Path) -> Path:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _build_tiny_qwen3()
+    model.config.max_position_embeddings = SMOLLM2_POSITIONS  # served like SmolLM2 (plain RoPE: no change)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         model.save_pretrained(tmp)

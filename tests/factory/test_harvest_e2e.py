@@ -1,7 +1,8 @@
-"""`make harvest` on the embedded default, for real: bundled sample, CPU stand-in target, proxy,
+"""`make harvest` on the embedded default, for real: bundled sample, a vLLM CPU server as the target, proxy,
 Docker sandboxes running the three real agent CLIs, export — then `make train` on the same data folder, as a
-user chains them. Slow: two rounds of three sessions, each cut at 180 s (≈ 8–10 min on 2 cores), then a
-short training run, its evaluation on held-out calls and the export (≈ 5 min)."""
+user chains them, its parity gate starting vLLM again with the export. Slow: two rounds of three sessions,
+each cut at 180 s (≈ 8–10 min on 2 cores), then a short training run, its evaluation on held-out calls, the
+export and the gate (≈ 5 min)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from factory.ingest.sample import load as sample_repos
 from records.io import read_table
 
 ROOT = Path(__file__).resolve().parents[2]
-# The stand-in target both commands use. The harvest runs three sessions at once, so every call's prefill
+# The target both commands use, served by vLLM (from a cached folder). The harvest runs three sessions at once, so every call's prefill
 # competes for the 2 cores: SmolLM2 (the default) prefills ≈ 50 tokens/s there, and three agents' 5k-token
 # prompts interleaved do not finish within a session's 180 s — every call would end client_disconnected and
 # `make train` would have nothing to train on. tiny-qwen3 (real Qwen3 tokenizer and template, random
@@ -57,6 +58,8 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
     summary = json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
     assert summary["run"]["done"] + summary["run"]["infra_failed"] == 6
     assert "harvest done" in r.stderr
+    assert "target starting vLLM" in r.stderr, r.stderr[-3000:]  # the real engine, not the stand-in
+    assert "tool calls accepted" in r.stderr  # the up-front check of the target passed
 
     import datasets
 
@@ -124,3 +127,6 @@ def _train(data: Path, env: dict[str, str], runs: Path) -> None:
     assert ev["n_prompts"] > 0
     assert ev["lossless"] is True
     assert (run / "export" / "config.json").exists()
+    gate = json.loads((run / "export" / "parity.json").read_text())  # `make train` ran the gate on vLLM
+    assert gate["ok"] is True, gate
+    assert gate["drafter"]["engine"]["drafts"] > 0  # vLLM drafted with the export
