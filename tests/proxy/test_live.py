@@ -10,7 +10,10 @@ import time
 
 import httpx
 import pytest
+import zstandard
 
+from proxy.parquet import to_row
+from proxy.record import Call
 from tests.proxy.live import LiveProxy, proxy_server, scripted_upstream
 
 BASH = {"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}  # fmt: skip
@@ -175,16 +178,33 @@ def test_kill_9_under_load_loses_no_completed_call(upstream, tmp_path):
     assert not missing, f"{len(missing)} completed calls missing"
 
 
-def test_tokenize_native_fills_prompt_ids_when_the_record_rolls(upstream, tmp_path):
+def test_tokenize_native_keeps_filled_ids_only_when_they_match_the_reported_count(upstream, tmp_path):
+    """The scripted upstream reports Messages/Responses usage as a byte count of the body, not of the prompt
+    its /tokenize renders: ids that are not what the upstream counted are not recorded (the counts are).
+    Against real vLLM the Codex call's ids match and are kept (tests/serving/test_agents_vllm.py)."""
     with proxy_server(upstream, tmp_path / "data", "--tokenize-native") as proxy:
         for api in ("anthropic_messages", "openai_responses"):
             path, body = REQUESTS[api]
             assert httpx.post(f"{proxy.url}/s/tok-{api}{path}", json=body, timeout=30).status_code == 200
         rows = {r["api"]: r for r in proxy.rows()}
     for api in ("anthropic_messages", "openai_responses"):
-        assert rows[api]["token_ids_source"] == "tokenize", api
-        assert rows[api]["prompt_token_ids"], api
+        assert rows[api]["prompt_token_ids"] is None, api
+        assert rows[api]["token_ids_source"] is None, api
+        assert rows[api]["prompt_tokens"] > 0, api
         assert not rows[api]["translated"]
+
+
+def test_tokenize_native_ids_are_kept_when_they_match():
+    """The roll keeps /tokenize ids whose count is the prompt count the upstream reported."""
+    reply = {"id": "m", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "ok"}],
+             "stop_reason": "end_turn", "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
+    call = Call("POST", "/v1/messages", "anthropic_messages", "http://up", "p", status_code=200,
+                response_content_type="application/json", response_chunks=[json.dumps(reply).encode()],
+                extra={"prompt_token_ids": [5, 6, 7], "token_ids_source": "tokenize"})  # fmt: skip
+    row = to_row(call, zstandard.ZstdCompressor())
+    assert (row["prompt_token_ids"], row["token_ids_source"]) == ([5, 6, 7], "tokenize")
+    call.extra["prompt_token_ids"] = [5, 6]
+    assert to_row(call, zstandard.ZstdCompressor())["prompt_token_ids"] is None
 
 
 def test_two_proxies_share_one_data_dir_and_metrics_count_them(upstream, tmp_path):

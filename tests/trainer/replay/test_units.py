@@ -12,6 +12,7 @@ import pytest
 from trainer.replay.calls import ReplayCall, ReplayError, load_calls, stratified
 from trainer.replay.client import Outcome
 from trainer.replay.counters import SpecCounters, parse
+from trainer.replay.divergence import Divergence
 from trainer.replay.report import build_report
 from trainer.replay.run import LevelRun, ReplayRun, Served, check_same_model
 from trainer.replay.settings import ReplaySettings
@@ -146,13 +147,20 @@ def test_differing_greedy_outputs_are_counted_and_refused(tmp_path: Path) -> Non
         Served("base", "http://a", "m", "m", None, False, False),
         Served("dflash", "http://b", "m", "m", None, True, True),
     ]
-    report = build_report(settings, {"sampled": 3}, calls, ReplayRun(served, runs))
+    mismatch = Divergence("c1", "dflash", 1, 0, 2, 9, 3.5, "mismatch")
+    report = build_report(settings, {"sampled": 3}, calls, ReplayRun(served, runs, divergences=[mismatch]))
     dflash = report["levels"][0]["endpoints"]["dflash"]
     assert (dflash["outputs_differ"], dflash["outputs_compared"], dflash["differing_calls"]) == (1, 3, ["c1"])
+    assert (dflash["mismatches"], dflash["near_ties"]) == (1, 0)
     assert report["refused"]
     assert "1 of 3 greedy outputs of dflash differ from base's" in report["problems"][0]
     assert dflash["spec"]["mal"] == 2.5
     assert dflash["speedup"] == 1.0  # same tokens in the same request time
+    # the same divergence at a near-tie of the target's top-2 is rounding: reported, not refused
+    tie = Divergence("c1", "dflash", 1, 0, 2, 9, 0.01, "near_tie")
+    report = build_report(settings, {"sampled": 3}, calls, ReplayRun(served, runs, divergences=[tie]))
+    assert not report["refused"]
+    assert report["levels"][0]["endpoints"]["dflash"]["near_ties"] == 1
 
 
 def test_a_row_without_ids_is_replayed_by_its_chat_body() -> None:
