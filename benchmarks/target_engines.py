@@ -123,7 +123,7 @@ def main() -> None:
             "32768",
             "--log-level",
             "warning",
-        ],  # fmt: skip
+        ],
     }
     print(f"{len(prompts)} calls, prompts {[len(p) for p in prompts]} tokens, {args.decode} decoded; load "
           f"{os.getloadavg()[0]:.1f} at start on {os.cpu_count()} cores")  # fmt: skip
