@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -53,8 +54,10 @@ class BenchSettings(BaseModel):
         description="Model-free speculative methods served beside plain and the drafters (vLLM only).",
     )
     draft_tokens: int = Field(default=7, ge=1, description="Tokens each speculative method drafts per step.")
+    # Four servers compiling at once on a 2-core host took over 10 minutes without answering: eager servers
+    # start in about a minute each, and every method pays the same eager cost.
     compile: bool = Field(
-        default=True, description="vLLM: torch.compile each server (as served in production)."
+        default=False, description="vLLM: torch.compile each server (faster decoding, minutes more to start)."
     )
     max_model_len: int = Field(default=32768, ge=256, description="vLLM: the context each server serves.")
     kv_cache_gib: float = Field(default=2.0, gt=0, description="vLLM: KV cache per server (GiB).")
@@ -126,8 +129,10 @@ def served(
             port = _free_port()
             cmd = command(engine, target, server, port, s)
             log = out / f"server-{label}.log"
-            with log.open("wb") as f:
-                procs.append(subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT))
+            with log.open("wb") as f:  # a group of its own: vLLM's engine and worker processes stop with it
+                procs.append(
+                    subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                )
             urls[label] = f"http://127.0.0.1:{port}"
         for (label, url), proc in zip(urls.items(), procs, strict=True):
             _wait(url, proc, s.startup_timeout, out / f"server-{label}.log")
@@ -135,13 +140,18 @@ def served(
         yield urls
     finally:
         for proc in procs:
-            proc.terminate()
+            _signal_group(proc, signal.SIGTERM)
         for proc in procs:
             try:
                 proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            except subprocess.TimeoutExpired:  # vLLM mid-start may not act on SIGTERM
+                _signal_group(proc, signal.SIGKILL)
                 proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 def _sigterm(_signum: int, _frame: FrameType | None) -> None:
