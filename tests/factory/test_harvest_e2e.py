@@ -29,7 +29,7 @@ TARGET = "tiny-qwen3"
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.cli
-def test_make_harvest_then_make_train_on_the_embedded_default(tmp_path):
+def test_make_harvest_then_make_train_then_make_bench_on_the_embedded_default(tmp_path):
     data = tmp_path / "data"
     # MAKEFLAGS/MAKELEVEL: under `make test` this make is nested and would print "Leaving directory" last.
     drop = ("TARGET_URL", "GITHUB_TOKEN", "DFLASH_DB_URL", "MAKEFLAGS", "MAKELEVEL", "MFLAGS")
@@ -37,6 +37,7 @@ def test_make_harvest_then_make_train_on_the_embedded_default(tmp_path):
     env["HF_DATASETS_OFFLINE"] = env["HF_HUB_OFFLINE"] = "1"
     _harvest(data, env, tmp_path)
     _train(data, env, tmp_path / "runs")
+    _bench(data, env, tmp_path / "runs")
 
 
 def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
@@ -130,3 +131,24 @@ def _train(data: Path, env: dict[str, str], runs: Path) -> None:
     gate = json.loads((run / "export" / "parity.json").read_text())  # `make train` ran the gate on vLLM
     assert gate["ok"] is True, gate
     assert gate["drafter"]["engine"]["drafts"] > 0  # vLLM drafted with the export
+
+
+def _bench(data: Path, env: dict[str, str], runs: Path) -> None:
+    """`make bench` on the run `make train` just made: vLLM servers plain, ngram, suffix and with the export,
+    the held-out calls replayed, MAL from vLLM's own counters."""
+    r = subprocess.run(
+        ["make", "--no-print-directory", "bench", f"DATA_DIR={data}", f"RUNS_DIR={runs}",
+         "BENCH_ARGS=--calls 4 --concurrency 1 --max-tokens 16"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
+    report = json.loads(((runs / "latest").resolve() / "replay" / "report.json").read_text())
+    assert list(report["endpoints"]) == ["plain", "ngram", "suffix", "dflash"]
+    assert {e["engine"] for e in report["endpoints"].values()} == {"vLLM 0.32.0"}
+    overall = report["spec_decode_overall"]
+    assert overall["plain"] is None
+    for method in ("ngram", "suffix", "dflash"):
+        assert overall[method] is not None, method  # vLLM's spec-decode counters were read for it
+    assert overall["dflash"]["drafts"] > 0
+    assert not report["problems"], report["problems"]
+    assert "| 1 | dflash |" in r.stdout  # the table

@@ -196,11 +196,15 @@ def bench(s: BenchSettings) -> dict[str, object]:
     out = s.out or s.run / "replay"
     out.mkdir(parents=True, exist_ok=True)
     engine = bench_engine(s)
-    with served(engine, target, servers(s, engine), s, out) as urls:
+    chosen = servers(s, engine)
+    # A drafter that drafts nothing is a broken export; a lookup method with nothing to look up is not.
+    drafters = [label for label, server in chosen.items() if server.draft is not None]
+    with served(engine, target, chosen, s, out) as urls:
         settings = ReplaySettings(
             data=source,
             endpoint=[f"{label}={url}" for label, url in urls.items()],
             baseline="plain",
+            speculative=drafters,
             held_out_from=s.run,
             calls=s.calls,
             max_tokens=s.max_tokens,
