@@ -104,6 +104,7 @@ def main() -> None:
     ap.add_argument("--decode", type=int, default=32, help="Tokens decoded per call.")
     ap.add_argument("--engines", default="vllm,standin", help="Which engines, in order.")
     ap.add_argument("--out", default="/tmp/target_engines", help="Where the servers' logs go.")
+    ap.add_argument("--eager", action="store_true", help="vLLM without torch.compile (starts in ≈ 1 min).")
     args = ap.parse_args()
     rows = [r for r in read_table(args.calls).to_pylist() if r.get("prompt_token_ids")]
     rows.sort(key=lambda r: -len(r["prompt_token_ids"]))
@@ -111,7 +112,17 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     argvs = {
-        "vllm": [sys.executable, "-m", "serving", "serve", "--model", "smollm2", "--kv-cache-gib", "2"],
+        "vllm": [
+            sys.executable,
+            "-m",
+            "serving",
+            "serve",
+            "--model",
+            "smollm2",
+            "--kv-cache-gib",
+            "2",
+            *(["--no-compile"] if args.eager else []),
+        ],
         "standin": [
             sys.executable,
             "-m",
