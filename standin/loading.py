@@ -249,8 +249,7 @@ def _load_smollm2(
 
 
 def _convert_smollm2(final: Path) -> None:
-    """Dequantize the GGUF once (≈ 20–40 s) into a float32 safetensors copy that reloads in seconds.
-    Written to a temporary sibling and renamed, so concurrent loaders never see half a copy."""
+    """Dequantize the GGUF once (≈ 20–40 s) into a float32 safetensors copy that reloads in seconds."""
     gguf = smollm2_gguf()
     log.info("converting %s to safetensors in %s (once)", gguf.name, final)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -259,6 +258,11 @@ def _convert_smollm2(final: Path) -> None:
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:
         quantizer.remove_quantization_config(model)
+    _save_folder(model, tokenizer, final)
+
+
+def _save_folder(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, final: Path) -> None:
+    """Written to a temporary sibling and renamed, so concurrent loaders never see half a folder."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
         model.save_pretrained(tmp)
@@ -267,7 +271,7 @@ def _convert_smollm2(final: Path) -> None:
             tmp.rename(final)
         except OSError:
             if not (final / "config.json").exists():
-                raise  # not a lost race with another converter
+                raise  # not a lost race with another writer
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -286,17 +290,7 @@ def tiny_qwen3_folder(root: Path) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _build_tiny_qwen3()
     model.config.max_position_embeddings = SMOLLM2_POSITIONS  # served like SmolLM2 (plain RoPE: no change)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    _save_folder(model, tokenizer, final)
     return final
 
 
