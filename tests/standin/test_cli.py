@@ -52,6 +52,8 @@ def test_make_target_runs_the_cli() -> None:
         text=True,
         check=True,
     ).stdout
+    # vLLM where it can run (make vllm); the stand-in, said in one line, where it cannot
+    assert "-m serving serve --model tiny-qwen3 --host 127.0.0.1 --port 8123" in out
     assert "-m trainer serve-target --model tiny-qwen3 --host 127.0.0.1 --port 8123" in out
 
 
