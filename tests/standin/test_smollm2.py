@@ -35,12 +35,17 @@ def test_loads_from_the_wheel_via_a_safetensors_cache(smollm2: Target) -> None:
     assert smollm2.model.dtype == torch.float32
     assert not smollm2.model.training
     assert smollm2.tokenizer.convert_ids_to_tokens(list(smollm2.stop_token_ids)) == ["<|im_end|>"]
-    assert smollm2.tool_call_format is None
+    assert smollm2.tool_call_format == "hermes"  # the project's tools template (standin/templates)
     assert smollm2.reasoning_format is None
 
 
 def test_taps_and_the_final_norm_trap(smollm2: Target) -> None:
     _check_taps(smollm2, torch.tensor([smollm2.render(MESSAGES)]))
+
+
+def stock_template() -> str:
+    """SmolLM2's own ChatML template, as the conversion saved it beside the weights."""
+    return (smollm2_cache_dir(cache_root()) / "chat_template.jinja").read_text()
 
 
 def test_render_is_chatml_with_the_default_system_prompt(smollm2: Target) -> None:
@@ -49,8 +54,17 @@ def test_render_is_chatml_with_the_default_system_prompt(smollm2: Target) -> Non
     assert text.endswith(
         "<|im_start|>user\n" + MESSAGES[0]["content"] + "<|im_end|>\n<|im_start|>assistant\n"
     )
+    # without tools the project's template renders exactly what SmolLM2's own does
+    stock = smollm2.tokenizer.apply_chat_template(
+        MESSAGES, tokenize=False, add_generation_prompt=True, chat_template=stock_template()
+    )
+    assert smollm2.decode(smollm2.render(MESSAGES), skip_special_tokens=False) == stock
+    # with tools it renders them in the system turn, the Hermes way vLLM's `hermes` parser reads back
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    assert smollm2.render(MESSAGES, tools) == smollm2.render(MESSAGES)  # its template ignores tools
+    with_tools = smollm2.decode(smollm2.render(MESSAGES, tools), skip_special_tokens=False)
+    assert '<tools>\n{"type": "function", "function": {"name": "f"' in with_tools
+    assert "<tool_call></tool_call>" in with_tools
+    assert with_tools.endswith(text[text.index("<|im_start|>user") :])
 
 
 def test_server_prompt_ids_match_the_renderer_and_greedy_is_hf_greedy(
