@@ -1,7 +1,7 @@
 """`harvest` redacts a secret inside exact token ids with the tokenizer of what the target serves.
 
-The chain is real except the agents: the CPU stand-in (tiny-qwen3: Qwen3's real tokenizer and template,
-random weights) behind the real proxy, and scripted sessions (`--runner fake`, no Docker) that send each
+The chain is real except the agents: a vLLM CPU server of tiny-qwen3 (Qwen3's real tokenizer and template,
+random weights, from its cached folder) behind the real proxy, and scripted sessions (`--runner fake`, no Docker) that send each
 issue's task as an agent would. A secret planted in every issue body reaches the target inside the
 prompt's token ids; the export must cut it out of those ids (not drop them) with the tokenizer named by
 the stand-in's /v1/models `root`."""
@@ -20,7 +20,7 @@ from factory.harvest import HarvestOptions, run_harvest
 from factory.ingest import sample
 from records.io import read_table
 
-pytestmark = pytest.mark.slow  # starts the stand-in (≈ 15 s) and runs three scripted sessions
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]  # starts vLLM (minutes: it compiles) and three sessions
 
 SECRET = "ghp_PLANTEDgithubToken0123456789abcdefgh"
 
@@ -41,7 +41,7 @@ def test_harvest_keeps_exact_ids_and_cuts_a_secret_out_of_them(tmp_path: Path) -
         summary = run_harvest(opts, Console(file=fh, width=200))
 
     tokenizer = str(summary["tokenizer"])
-    assert Path(tokenizer, "tokenizer.json").is_file()  # the stand-in's root: Qwen3's tokenizer folder
+    assert Path(tokenizer, "tokenizer.json").is_file()  # the served folder holds Qwen3's tokenizer
     exp = summary["export"]
     assert exp["exact_ids_fraction"] == 1.0
     assert exp["token_ids_dropped"] == 0
