@@ -29,6 +29,7 @@ TARGET = "tiny-qwen3"
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.cli
+@pytest.mark.vllm
 def test_make_harvest_then_make_train_then_make_bench_on_the_embedded_default(tmp_path):
     data = tmp_path / "data"
     # MAKEFLAGS/MAKELEVEL: under `make test` this make is nested and would print "Leaving directory" last.
