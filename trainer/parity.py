@@ -190,7 +190,7 @@ def launched(s: ParitySettings) -> dict[str, Any]:
                           kv_cache_gib=1, draft_tokens=s.draft_tokens)  # fmt: skip
     logs = s.out or s.run / "parity"
     logs.mkdir(parents=True, exist_ok=True)
-    with served("vllm", target, servers, bench, logs) as urls:
+    with served("vllm", target, servers, bench, logs, who="parity") as urls:
         return parity(s.model_copy(update={"endpoint": urls["plain"], "draft_endpoint": urls["export"]}))
 
 

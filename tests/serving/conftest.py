@@ -23,17 +23,10 @@ import pytest
 
 from serving.venv import availability
 from standin import Target, load_target
+from tests.support import free_port
 from tests.trainer.replay.conftest import call_rows, overfit
 
 pytestmark = pytest.mark.vllm
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -42,7 +35,7 @@ def vllm(model: str, log: Path, *args: str, timeout: float = 600) -> Iterator[st
     have = availability()
     if not have.ok:
         pytest.skip(have.line())
-    port = _free_port()
+    port = free_port()
     argv = [sys.executable, "-m", "serving", "serve", "--model", model, "--port", str(port), "--no-compile",
             "--kv-cache-gib", "1", *args]  # fmt: skip
     with log.open("wb") as out:

@@ -119,7 +119,7 @@ def command(engine: str, target: str, server: Server, port: int, s: BenchSetting
 
 @contextlib.contextmanager
 def served(
-    engine: str, target: str, servers: dict[str, Server], s: BenchSettings, out: Path
+    engine: str, target: str, servers: dict[str, Server], s: BenchSettings, out: Path, who: str = "bench"
 ) -> Iterator[dict[str, str]]:
     """label → URL of one server per entry, all stopped on exit."""
     procs: list[subprocess.Popen[bytes]] = []
@@ -136,7 +136,7 @@ def served(
             urls[label] = f"http://127.0.0.1:{port}"
         for (label, url), proc in zip(urls.items(), procs, strict=True):
             _wait(url, proc, s.startup_timeout, out / f"server-{label}.log")
-            typer.echo(f"bench: {label} ({engine}) serving {target} on {url}", err=True)
+            typer.echo(f"{who}: {label} ({engine}) serving {target} on {url}", err=True)
         yield urls
     finally:
         for proc in procs:
