@@ -30,7 +30,7 @@ from factory.run.plan import PlanConfig, plan
 from records.io import read_table
 from records.storage import Store
 from tests.cluster.ray_cluster import RAY_ENV, RayCluster
-from tests.support import REPO_ROOT, free_port
+from tests.support import REPO_ROOT, free_port, last_json
 from tests.support.s3 import LocalS3, local_s3
 
 pytestmark = [pytest.mark.slow]
@@ -96,7 +96,7 @@ def _driver(
 def _summary(proc: subprocess.Popen[str], timeout: float = 240) -> dict[str, object]:
     out, err = proc.communicate(timeout=timeout)
     assert proc.returncode == 0, err[-4000:]
-    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return last_json(out)  # type: ignore[return-value]
 
 
 def _events(log: Path) -> list[dict[str, object]]:
@@ -287,6 +287,6 @@ def test_harvest_with_ray_exports_from_the_bucket(env: Env, tmp_path: Path) -> N
     assert stats["sessions"] == 4
     assert stats["calls"] == 8
     # every node's proxy speaks the harvest's --upstream-api to the target (not the nodes' default)
-    proxies = json.loads(r.stdout.strip().splitlines()[-1])["run"]["proxies"]
+    proxies = last_json(r.stdout)["run"]["proxies"]  # type: ignore[index]
     assert proxies
     assert {p["upstream_api"] for p in proxies} == {"chat"}

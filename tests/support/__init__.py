@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -20,6 +21,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def last_json(stdout: str) -> object:
+    """The last line of a command's stdout that parses as JSON.
+
+    Ray prints its own warnings on stdout too ("raylet has lagging heartbeats" on a busy machine), so a
+    command's JSON answer is not always its last line."""
+    for line in reversed(stdout.strip().splitlines()):
+        with contextlib.suppress(ValueError):
+            return json.loads(line)
+    raise AssertionError(f"no JSON line in: {stdout[-2000:]}")
 
 
 def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | None = None) -> None:
