@@ -75,7 +75,10 @@ def use_flex_attention(device: torch.device) -> bool:
 def _ce_chunk(
     h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = F.linear(h, weight).float()
+    # The drafter's output is fp32 under mixed precision (accelerate converts a forward's outputs, and
+    # RMSNorm computes in fp32) while the frozen LM head is in the target's dtype: the head's matmul runs
+    # in that dtype, as the serving engine runs it, and the cross-entropy in fp32.
+    logits = F.linear(h.to(weight.dtype), weight).float()
     return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
 
 
