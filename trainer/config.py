@@ -70,7 +70,15 @@ class TrainConfig(BaseModel):
     anchors: int = Field(
         512,
         ge=1,
-        description="Anchored blocks per sequence (per segment of a packed step), sharing its features.",
+        description="Anchored blocks per sequence (per segment of a packed step), sharing its features; "
+        "per `anchor_tokens` supervised tokens when that is set.",
+    )
+    anchor_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Budget `anchors` per this many supervised tokens of a sequence (rounded up), so a "
+        "session merged into one long sequence gets the anchors of all its calls. None: `anchors` is a flat "
+        "cap per sequence.",
     )
     step_anchors: int | None = Field(
         None,

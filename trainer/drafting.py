@@ -143,7 +143,8 @@ def finish(
             "world_size": world,
             "distributed_type": str(acc.distributed_type.value),
             "train_seconds": round(elapsed, 1),
-            "target_tokens": meter.tokens * world,
+            "target_tokens": meter.tokens * world,  # positions the drafter trained over
+            "target_tokens_computed": meter.computed * world,  # target forward positions (shared once)
             "supervised_tokens": meter.supervised * world,
             "target_tokens_per_s": round(meter.tokens * world / max(elapsed, 1e-9), 1),
             "mask_token": {"id": d.mask_id, "how": d.mask_how},

@@ -9,7 +9,12 @@ accepted). Reported:
 - ``acceptance_length``: vLLM's ``1 + accepted / drafts`` (equal to tau when nothing was truncated);
 - ``per_position_acceptance``: the fraction of steps whose draft k was accepted, k = 1..B-1;
 - tau per agent and per language;
-- ``lossless``: the speculative tokens equal the plain greedy tokens, token for token, on every prompt.
+- ``lossless``: the speculative tokens equal the plain greedy tokens on every prompt, or part from them
+  only at a near-tie. A verify pass over B tokens and a plain decode step run different kernel shapes,
+  and their rounding (bf16 above all) can flip the argmax where the target's top two tokens are nearly
+  tied: at the first differing position the target's own top-2 log-probability gap after the common
+  prefix classifies each divergence as a ``near_tie`` (under ``near_tie`` nats) or a ``mismatch`` (a
+  bug). ``exact``, ``divergences`` and ``mismatch_rate`` report them; only a mismatch fails ``eval``.
 
 Writes ``eval.json`` and ``acceptance.png`` into the run directory (or ``--out``).
 """
@@ -34,6 +39,7 @@ from standin.engine import Engine, SamplingParams
 from trainer.data.build import read
 from trainer.dflash.engine import DFlashSpeculative
 from trainer.dflash.model import DFlashDraftModel
+from trainer.replay.divergence import NEAR_TIE, first_difference
 
 
 @dataclass
@@ -94,16 +100,27 @@ def _decode(engine: Any, prompt: list[int], max_new: int) -> tuple[list[int], li
     return [t for c in chunks for t in c], settled[1:], dt
 
 
+@torch.no_grad()
+def top2_gap(target: Any, ids: list[int]) -> float:
+    """log p(top-1) − log p(top-2) of the target's next token after ``ids``, in its own numerics."""
+    dev = target.embed_tokens.weight.device
+    out = target.forward(torch.tensor([ids], device=dev), target.new_cache(), logits_to_keep=1)
+    top = torch.log_softmax(out.logits[0, -1].float(), -1).topk(2).values
+    return float(top[0] - top[1])
+
+
 def _compare(
-    plain: Engine, spec: Engine, p: Prompt, max_new: int
+    plain: Engine, spec: Engine, p: Prompt, max_new: int, near_tie: float = NEAR_TIE
 ) -> tuple[dict[str, Any], list[int], float, float]:
     """One prompt decoded plainly and speculatively: its row in eval.json, tokens settled per verify
     forward, and the two decode times."""
     ref, _, t_plain = _decode(plain, p.ids, max_new)
     got, settled, t_spec = _decode(spec, p.ids, max_new)
-    first_diff = next((j for j, (x, y) in enumerate(zip(got, ref, strict=False)) if x != y), None)
-    if first_diff is None and len(got) != len(ref):
-        first_diff = min(len(got), len(ref))
+    first_diff = first_difference(ref, got)
+    kind, gap = None, None
+    if first_diff is not None:
+        gap = top2_gap(plain.target, [*p.ids, *ref[:first_diff]])
+        kind = "near_tie" if gap < near_tie else "mismatch"
     row = {
         "agent": p.agent,
         "language": p.language,
@@ -111,8 +128,11 @@ def _compare(
         "generated": len(got),
         "verify_steps": len(settled),
         "tau": round(sum(settled) / len(settled), 4) if settled else None,
-        "lossless": got == ref,
+        "lossless": kind != "mismatch",
+        "exact": got == ref,
         "first_mismatch": first_diff,
+        "divergence": kind,
+        "top2_gap": None if gap is None else round(gap, 5),
     }
     return row, settled, t_plain, t_spec
 
@@ -131,6 +151,7 @@ def evaluate(
     progress: bool = True,
     device: str | None = None,
     dtype: str | None = None,
+    near_tie: float = NEAR_TIE,
 ) -> dict[str, Any]:
     """``device`` (default: cuda when there is one, else cpu) and ``dtype`` (default: bfloat16 on a GPU,
     float32 on a CPU) are where and how the target is loaded; the drafter follows it."""
@@ -157,7 +178,7 @@ def evaluate(
     groups: dict[str, dict[str, list[int]]] = {"agent": defaultdict(list), "language": defaultdict(list)}
     plain_s = spec_s = 0.0
     for i, p in enumerate(prompts):
-        row, settled, t_plain, t_spec = _compare(plain, spec, p, max_new)
+        row, settled, t_plain, t_spec = _compare(plain, spec, p, max_new, near_tie)
         per_prompt.append(row)
         plain_s += t_plain
         spec_s += t_spec
@@ -173,6 +194,13 @@ def evaluate(
     result: dict[str, Any] = {
         "tau": round(sum(all_steps) / len(all_steps), 4) if all_steps else 0.0,
         "lossless": all(r["lossless"] for r in per_prompt),
+        "exact": all(r["exact"] for r in per_prompt),
+        "mismatch_rate": round(sum(not r["lossless"] for r in per_prompt) / len(per_prompt), 4),
+        "divergences": {
+            kind: sum(r["divergence"] == kind for r in per_prompt) for kind in ("near_tie", "mismatch")
+        },
+        "near_tie": near_tie,
+        "dtype": str(target.embed_tokens.weight.dtype).removeprefix("torch."),
         "per_position_acceptance": [round(n / max(1, stats.num_drafts), 4) for n in stats.accepted_per_pos],
         "n_prompts": len(prompts),
         "prompts_truncated": sum(p.truncated for p in prompts),
@@ -236,6 +264,12 @@ class EvalSettings(BaseModel):
     dtype: Literal["bfloat16", "float16", "float32"] | None = Field(
         None, description="The target's dtype; default bfloat16 on a GPU, float32 on a CPU."
     )
+    near_tie: float = Field(
+        NEAR_TIE,
+        ge=0,
+        description="A divergence where the target's top-2 log-probabilities are closer than this (nats) "
+        "is a near-tie (rounding), reported; a wider one is a mismatch and fails the check.",
+    )
 
 
 @settings_command(EvalSettings)
@@ -253,11 +287,14 @@ def eval_command(
         out_dir=settings.out,
         device=settings.device,
         dtype=settings.dtype,
+        near_tie=settings.near_tie,
     )
     acc = " ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
     typer.echo(
         f"tau {r['tau']:.3f} on {r['n_prompts']} held-out prompts (block {r['block_size']}); lossless: {str(r['lossless']).lower()}"
     )
+    ties, bad = r["divergences"]["near_tie"], r["divergences"]["mismatch"]
+    typer.echo(f"divergences from plain greedy ({r['dtype']}): {ties} near-ties, {bad} mismatches")
     typer.echo(f"per-position acceptance: {acc}")
     typer.echo(f"tau by agent: {r['tau_by_agent']}; by language: {r['tau_by_language']}")
     if not r["lossless"]:

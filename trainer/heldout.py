@@ -20,7 +20,7 @@ from trainer.data import build as data_build
 from trainer.data.units import Unit, pack, session_units
 from trainer.dflash import helpers as H
 from trainer.drafting import Drafting, step_loss
-from trainer.packed import PackedStep, sample_anchors, step_for
+from trainer.packed import PackedStep, host_copy, sample_anchors, step_for, to_device
 
 MAX_STEPS = 16  # held-out packed steps per evaluation: enough for a stable estimate, cheap next to training
 
@@ -47,11 +47,15 @@ class HeldOut:
         weight_sum = torch.zeros((), device=acc.device)
         d.model.eval()
         for i, units in enumerate(self.steps):
-            step = self._cached.get(i) or step_for(cfg, target, units, d.layer_ids, acc.device)
-            self._cached[i] = step  # held-out features are reused at every evaluation
-            anchors = sample_anchors(
-                step, cfg.anchors, torch.Generator().manual_seed(cfg.seed + i), cfg.step_anchors
-            )
+            kept = self._cached.get(i)
+            if kept is None:
+                step = step_for(cfg, target, units, d.layer_ids, acc.device)
+                # reused at every evaluation, from host memory: the accelerator's is the training's
+                self._cached[i] = host_copy(step)
+            else:
+                step = to_device(kept, acc.device)
+            gen = torch.Generator().manual_seed(cfg.seed + i)
+            anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors, cfg.anchor_tokens)
             out = step_loss(d, target, step, anchors, block_size=b, weights=weights, flex=flex)
             correct += out.correct
             total += out.total

@@ -3,20 +3,25 @@
 For each unit the frozen target runs once per segment over only the positions that segment does not
 share with the one before it, continuing from that segment's KV cache cropped to the shared prefix: the
 features are those of a forward over each call's whole context (what the serving engine computes), but
-every shared prefix is computed once.
+every shared prefix is computed once. A unit split into parts (``units.split_unit``) keeps that: the target
+runs over the whole unit once, and each part's positions are gathered from those features (``part_rows``);
+``FeatureMemo`` holds the last units' features so consecutive parts reuse them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from standin.model import Target
 from trainer.config import TrainConfig
 from trainer.data.build import Sequence
-from trainer.data.units import Unit, pack, session_units, split_unit
+from trainer.data.units import Unit, pack, session_units, split_unit, target_tokens
 from trainer.dflash import layout as L
 from trainer.sources.base import step_taps
 from trainer.sources.select import source_for
@@ -28,10 +33,13 @@ class PackedStep:
     input_ids: torch.Tensor  # [T]
     loss_mask: torch.Tensor  # [T]
     layout: L.Layout
+    target_tokens: int = 0  # positions the target computed for this step (0: its units' were reused)
+    cpu_mask: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # loss_mask, kept on the host
+    cpu_layout: L.Layout | None = None  # layout, kept on the host: anchors are drawn without a device sync
 
     @property
     def computed(self) -> int:
-        """Target positions computed for this step (= packed positions)."""
+        """Packed positions of this step (context rows the drafter attends to)."""
         return int(self.input_ids.numel())
 
     @property
@@ -69,36 +77,97 @@ def unit_features(
     return torch.cat(parts, dim=1)
 
 
+def part_rows(part: Unit) -> torch.Tensor:
+    """Indices into ``unit_features(part.source)`` of the part's packed positions.
+
+    Its first segment lays out its whole context: position p comes from the latest source segment k at
+    or before it with ``shared[k] <= p`` (p is below every later segment's shared prefix, so those tokens,
+    and a causal target's features of them, are the same). Its other segments are their own rows."""
+    segs = part.source.segments
+    start = [0]
+    for seg in segs:
+        start.append(start[-1] + seg.computed)
+    i = part.first
+    pieces, upper = [], len(segs[i].seq.input_ids)
+    for k in range(i, -1, -1):
+        lo = segs[k].shared
+        if lo < upper:
+            pieces.append(torch.arange(start[k], start[k] + upper - lo))
+            upper = lo
+    rows = list(reversed(pieces))
+    rows += [torch.arange(start[k], start[k + 1]) for k in range(i + 1, i + len(part.segments))]
+    return torch.cat(rows)
+
+
+@dataclass
+class FeatureMemo:
+    """The features of the last ``size`` source units (keyed by identity): the parts of a split unit,
+    taken one after another, compute their unit once."""
+
+    size: int = 2
+    held: OrderedDict[int, torch.Tensor] = field(default_factory=OrderedDict)
+
+    def get(self, unit: Unit, compute: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """(features, positions the target computed for them now: 0 when held)."""
+        key = id(unit)
+        if key in self.held:
+            self.held.move_to_end(key)
+            return self.held[key], 0
+        feats = compute()
+        self.held[key] = feats
+        while len(self.held) > self.size:
+            self.held.popitem(last=False)
+        return feats, unit.computed
+
+
 def make_step(
     target: Target,
     units: list[Unit],
     layer_ids: list[int],
     device: torch.device,
     taps_fn: TapsFn | None = None,
+    memo: FeatureMemo | None = None,
 ) -> PackedStep:
-    taps = torch.cat([unit_features(target, u, layer_ids, device, taps_fn) for u in units], dim=1)
+    memo = memo or FeatureMemo()
+    feats, computed = [], 0
+    for u in units:
+        whole, n = memo.get(
+            u.source, functools.partial(unit_features, target, u.source, layer_ids, device, taps_fn)
+        )
+        feats.append(whole if u.origin is None else whole[:, part_rows(u).to(whole.device)])
+        computed += n
     segs = [s for u in units for s in u.segments]
     ids = [t for s in segs for t in s.seq.input_ids[s.shared :]]
-    mask = [m for s in segs for m in s.seq.loss_mask[s.shared :]]
+    mask = torch.tensor([m for s in segs for m in s.seq.loss_mask[s.shared :]], dtype=torch.long)
     share = L.block_diagonal([L.chain_share([s.shared for s in u.segments]) for u in units])
-    layout = L.Layout.build([s.computed for s in segs], [s.shared for s in segs], share, device)
+    layout = L.Layout.build([s.computed for s in segs], [s.shared for s in segs], share, torch.device("cpu"))
     return PackedStep(
-        taps,
+        torch.cat(feats, dim=1),
         torch.tensor(ids, dtype=torch.long, device=device),
-        torch.tensor(mask, dtype=torch.long, device=device),
-        layout,
+        mask.to(device),
+        _to(layout, device),
+        target_tokens=computed,
+        cpu_mask=mask,
+        cpu_layout=layout,
     )
 
 
 def step_for(
-    cfg: TrainConfig, target: Target, units: list[Unit], layer_ids: list[int], device: torch.device
+    cfg: TrainConfig,
+    target: Target,
+    units: list[Unit],
+    layer_ids: list[int],
+    device: torch.device,
+    memo: FeatureMemo | None = None,
 ) -> PackedStep:
     """The packed step with its features from the configured source: the target in-process (``hf``), or
     whole sequences asked of ``trainer.sources`` in one batch (``cache``: offline features; ``vllm``)."""
     taps_fn = None
-    if cfg.feature_source != "hf":
+    memo = memo or FeatureMemo()
+    missing = [u for u in {id(u.source): u.source for u in units}.values() if id(u) not in memo.held]
+    if cfg.feature_source != "hf" and missing:
         source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)
-        segs = [seg for u in units for seg in u.segments]
+        segs = [seg for u in missing for seg in u.segments]  # whole units: a part's rows are gathered
         from_source = step_taps(source, [s.seq.input_ids for s in segs], layer_ids, [s.shared for s in segs])
         # features in the training dtype: bf16 files feed a float32 CPU drafter as float32
         dtype = next(target.embed_tokens.parameters()).dtype
@@ -106,30 +175,41 @@ def step_for(
         def taps_fn(ids: torch.Tensor, start: int) -> torch.Tensor:
             return from_source(ids, start).to(dtype)
 
-    return make_step(target, units, layer_ids, device, taps_fn)
+    return make_step(target, units, layer_ids, device, taps_fn, memo)
 
 
 def sample_anchors(
-    step: PackedStep, per_segment: int, generator: torch.Generator, per_step: int | None = None
+    step: PackedStep,
+    per_segment: int,
+    generator: torch.Generator,
+    per_step: int | None = None,
+    per_tokens: int | None = None,
 ) -> torch.Tensor:
-    """Up to ``per_segment`` anchors drawn uniformly in each segment, then at most ``per_step`` of those
-    drawn uniformly (so segments keep shares in proportion to their candidates); sorted step indices."""
-    cand = torch.nonzero(L.candidates(step.loss_mask.cpu(), _cpu(step.layout)), as_tuple=False).flatten()
-    seg = step.layout.seg.cpu()[cand]
+    """Anchors drawn uniformly in each segment, then at most ``per_step`` of those drawn uniformly (so
+    segments keep shares in proportion to their candidates); sorted step indices.
+
+    A segment gets ``per_segment`` anchors for every ``per_tokens`` supervised positions it holds (rounded
+    up): a session merged into one sequence of 30 calls gets the anchors of 30 calls, not of one. Without
+    ``per_tokens``, ``per_segment`` is a flat cap per segment."""
+    layout = step.cpu_layout or _to(step.layout, torch.device("cpu"))
+    mask = step.cpu_mask if step.cpu_mask.numel() else step.loss_mask.cpu()
+    cand = torch.nonzero(L.candidates(mask, layout), as_tuple=False).flatten()
+    seg = layout.seg[cand]
     picked = []
     for s in torch.unique(seg).tolist():
         mine = cand[seg == s]
-        if mine.numel() > per_segment:
-            mine = mine[torch.randperm(mine.numel(), generator=generator)[:per_segment]]
+        cap = per_segment if per_tokens is None else -(-per_segment * mine.numel() // per_tokens)
+        if mine.numel() > cap:
+            mine = mine[torch.randperm(mine.numel(), generator=generator)[:cap]]
         picked.append(mine)
     out = torch.cat(picked) if picked else cand
     if per_step is not None and out.numel() > per_step:
         out = out[torch.randperm(out.numel(), generator=generator)[:per_step]]
-    return torch.sort(out).values.to(step.input_ids.device)
+    return torch.sort(out).values.to(step.input_ids.device, non_blocking=True)
 
 
-def _cpu(layout: L.Layout) -> L.Layout:
-    return L.Layout(layout.seg.cpu(), layout.pos.cpu(), layout.share.cpu())
+def _to(layout: L.Layout, device: torch.device) -> L.Layout:
+    return L.Layout(layout.seg.to(device), layout.pos.to(device), layout.share.to(device))
 
 
 def plan_steps(cfg: TrainConfig, seqs: list[Sequence]) -> list[list[Unit]]:
@@ -142,9 +222,69 @@ def plan_steps(cfg: TrainConfig, seqs: list[Sequence]) -> list[list[Unit]]:
 
 
 def describe_steps(cfg: TrainConfig, steps: list[list[Unit]]) -> str:
+    """One line: the target tokens one epoch computes (each shared prefix once, however the sessions
+    were split to fit ``max_len``) and the positions the drafter's steps lay out."""
     computed = [sum(u.computed for u in s) for s in steps]
     segments = sum(len(u.segments) for s in steps for u in s)
     return (
-        f"{segments} sequences, {sum(computed)} target tokens, at most {max(computed)} per step, "
-        f"packing {'on' if cfg.packing else 'off'}, prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
+        f"{segments} sequences, {target_tokens(steps)} target tokens per epoch, at most {max(computed)} "
+        f"positions per step, packing {'on' if cfg.packing else 'off'}, "
+        f"prefix sharing {'on' if cfg.prefix_sharing else 'off'}"
     )
+
+
+def epoch_order(steps: list[list[Unit]], seed: int) -> list[int]:
+    """Step indices for one epoch: a permutation of groups, each group's steps in a row.
+
+    Steps holding parts of the same split unit form a group (chained through any unit they share), so
+    its features are computed once per epoch (``FeatureMemo``) instead of once per part; a rank takes a
+    contiguous slice of this order, so it keeps that."""
+    parent = list(range(len(steps)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    for i, units in enumerate(steps):
+        for u in units:
+            j = owner.setdefault(id(u.source), i)
+            parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(steps)):
+        groups.setdefault(root(i), []).append(i)
+    keys = list(groups)
+    perm = torch.randperm(len(keys), generator=torch.Generator().manual_seed(seed)).tolist()
+    return [i for k in perm for i in groups[keys[k]]]
+
+
+def host_copy(step: PackedStep) -> PackedStep:
+    """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy)."""
+    pin = step.taps.is_cuda
+
+    def host(t: torch.Tensor) -> torch.Tensor:
+        t = t.cpu()
+        return t.pin_memory() if pin else t
+
+    layout = L.Layout(host(step.layout.seg), host(step.layout.pos), host(step.layout.share))
+    return dataclasses.replace(
+        step, taps=host(step.taps), input_ids=host(step.input_ids), loss_mask=host(step.loss_mask),
+        layout=layout,
+    )  # fmt: skip
+
+
+def to_device(step: PackedStep, device: torch.device) -> PackedStep:
+    """A host copy back on ``device``, copied without blocking the host (pinned memory)."""
+    if step.taps.device == device:
+        return step
+
+    def dev(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=True)
+
+    layout = L.Layout(dev(step.layout.seg), dev(step.layout.pos), dev(step.layout.share))
+    return dataclasses.replace(
+        step, taps=dev(step.taps), input_ids=dev(step.input_ids), loss_mask=dev(step.loss_mask),
+        layout=layout,
+    )  # fmt: skip

@@ -55,23 +55,34 @@ class Progress:
 
 
 class Meter:
-    """Per-slot accuracy, loss and token counts since the last log line (this rank's share)."""
+    """Per-slot accuracy, loss and token counts since the last log line (this rank's share). The loss
+    stays on the device until ``record``: no host synchronisation per step, only per log line."""
 
     def __init__(self, block_size: int, device: torch.device) -> None:
         self.correct = torch.zeros(block_size - 1, device=device)
         self.total = torch.zeros(block_size - 1, device=device)
-        self.losses: list[float] = []
-        self.tokens = 0  # target tokens whose features fed the drafter, since the start of this process
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps = 0
+        self.tokens = 0  # positions whose features fed the drafter, since the start of this process
+        self.computed = 0  # positions the target computed for them (shared prefixes and reuse: fewer)
         self.supervised = 0
 
     def add(
-        self, correct: torch.Tensor, total: torch.Tensor, loss: float, tokens: int, supervised: int
+        self,
+        correct: torch.Tensor,
+        total: torch.Tensor,
+        loss: torch.Tensor,
+        tokens: int,
+        supervised: int,
+        computed: int = 0,
     ) -> None:
         self.correct += correct
         self.total += total
-        self.losses.append(loss)
+        self.loss_sum += loss.detach().float()
+        self.steps += 1
         self.tokens += tokens
         self.supervised += supervised
+        self.computed += computed
 
     def record(
         self, acc: Any, step: int, epoch: float, lr: float, world: int, elapsed: float
@@ -82,16 +93,18 @@ class Meter:
         rec = {
             "step": step,
             "epoch": round(epoch, 3),
-            "loss": round(sum(self.losses) / max(1, len(self.losses)), 5),
+            "loss": round(float(self.loss_sum) / max(1, self.steps), 5),
             "lr": lr,
             "acc": [round(a, 4) for a in acc_pos],
             "tau_teacher_forced": round(float(acceptance_from_accuracy(c, t)), 3),
             "tokens": self.tokens * world,
+            "target_tokens": self.computed * world,
             "elapsed_s": round(elapsed, 1),
         }
         self.correct.zero_()
         self.total.zero_()
-        self.losses.clear()
+        self.loss_sum.zero_()
+        self.steps = 0
         return rec
 
 

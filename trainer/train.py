@@ -42,7 +42,17 @@ from trainer.dflash import helpers as H
 from trainer.dflash.objective import StepOutput, use_flex_attention
 from trainer.drafting import Drafting, finish, make_drafting, step_loss
 from trainer.heldout import HeldOut
-from trainer.packed import PackedStep, describe_steps, plan_steps, sample_anchors, step_for
+from trainer.packed import (
+    FeatureMemo,
+    PackedStep,
+    describe_steps,
+    epoch_order,
+    host_copy,
+    plan_steps,
+    sample_anchors,
+    step_for,
+    to_device,
+)
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.rundir import open_run, resolve_data
 
@@ -152,6 +162,9 @@ def loop(
     weights = H.loss_weights(cfg.block_size, cfg.gamma or H.default_gamma(cfg.block_size), device=acc.device)
     flex = use_flex_attention(acc.device)
     cached: dict[int, PackedStep] = {}
+    memo = FeatureMemo()  # the parts of a split session, taken in a row, share its features
+    order: list[int] = []
+    order_epoch = -1
     progress = Progress(d.total_steps, pos.step, cfg.block_size, enabled=acc.is_main_process)
     meter = Meter(cfg.block_size, acc.device)
     heldout = HeldOut(cfg, run_dir / "data") if cfg.eval_every else None
@@ -159,14 +172,15 @@ def loop(
     d.model.train()
     try:
         while pos.step < d.total_steps and not stop.stopping:
-            # -- pick this rank's next packed step (a fresh permutation each epoch, the same on every rank)
+            # -- pick this rank's next packed step (a fresh order each epoch, the same on every rank)
             epoch, index = divmod(micro, d.micro_per_epoch)
-            order = torch.randperm(len(steps), generator=torch.Generator().manual_seed(cfg.seed + epoch))
-            pick = int(order[(index * world + acc.process_index) % len(steps)])
+            if epoch != order_epoch:
+                order, order_epoch = epoch_order(steps, cfg.seed + epoch), epoch
+            pick = order[(acc.process_index * d.micro_per_epoch + index) % len(steps)]
             # -- forward + backward on it
             with acc.accumulate(d.model):
-                out, n_tok, n_sup = micro_step(
-                    acc, cfg, target, d, steps[pick], pick, micro, weights, flex, cached
+                out, n_tok, n_sup, n_target = micro_step(
+                    acc, cfg, target, d, steps[pick], pick, micro, weights, flex, cached, memo
                 )
                 acc.backward(out.loss)
                 if acc.sync_gradients and cfg.grad_clip:
@@ -174,7 +188,7 @@ def loop(
                 d.opt.step()
                 d.opt.zero_grad(set_to_none=True)
             micro += 1
-            meter.add(out.correct, out.total, float(out.loss.detach()), n_tok, n_sup)
+            meter.add(out.correct, out.total, out.loss, n_tok, n_sup, n_target)
             if not acc.sync_gradients:
                 continue
             # -- an optimizer step was taken: schedule, agree on a stop, log, checkpoint
@@ -214,21 +228,26 @@ def micro_step(
     weights: torch.Tensor,
     flex: bool,
     cached: dict[int, PackedStep],
-) -> tuple[StepOutput, int, int]:
+    memo: FeatureMemo | None = None,
+) -> tuple[StepOutput, int, int, int]:
     """The loss of one packed step: the target's features once per shared prefix (no grad), up to
-    ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks."""
+    ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks.
+    Returns it with the step's positions, supervised tokens and the positions the target computed now."""
     step = cached.get(pick)
     if step is None:
-        step = step_for(cfg, target, units, d.layer_ids, acc.device)  # features: trainer/sources
-        if cfg.cache_features:
-            cached[pick] = step
+        step = step_for(cfg, target, units, d.layer_ids, acc.device, memo)  # features: trainer/sources
+        computed = step.target_tokens
+        if cfg.cache_features:  # kept in host memory (pinned on a GPU host), not on the accelerator
+            cached[pick] = host_copy(step)
+    else:
+        step, computed = to_device(step, acc.device), 0
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
-    anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors)
+    anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors, cfg.anchor_tokens)
     out = step_loss(d, target, step, anchors, block_size=cfg.block_size, weights=weights, flex=flex)
     if acc.num_processes > 1:  # DDP averages gradients: rescale so each label weighs the same on every rank
         total = acc.reduce(out.weight.clone(), "sum")
         out.loss = out.loss * out.weight * acc.num_processes / total.clamp_min(1e-9)
-    return out, step.computed, step.supervised
+    return out, step.computed, step.supervised, computed
 
 
 # ---------------------------------------------------------------------------------------------------

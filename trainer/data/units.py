@@ -11,8 +11,9 @@ target over a shared prefix are nevertheless the same for every call that shares
 - every segment still attends to its own full context: positions below the shared prefix are read from
   the earlier segment that computed them (``share`` below), so nothing is recomputed on a shortened
   prompt and nothing is truncated;
-- a **step** packs whole units up to ``budget`` target tokens (a unit alone larger than the budget is
-  split at segment boundaries; the first segment of each part then computes its whole context).
+- a **step** packs whole units up to ``budget`` positions (a unit alone larger than the budget is split
+  at segment boundaries into **parts**; a part's first segment then carries its whole context, but its
+  features are gathered from its session's, which the target computes once for all its parts).
 """
 
 from __future__ import annotations
@@ -37,10 +38,20 @@ class Segment:
 @dataclass
 class Unit:
     segments: list[Segment] = field(default_factory=list)
+    # A part of a split unit: the whole unit it was cut from (whose features the target computes, once
+    # for every part) and the index there of this part's first segment. None for a whole unit.
+    origin: Unit | None = None
+    first: int = 0
 
     @property
     def computed(self) -> int:
+        """Positions this unit lays into a step (a part's first segment with its whole context)."""
         return sum(s.computed for s in self.segments)
+
+    @property
+    def source(self) -> Unit:
+        """The unit whose features the target computes for this one: itself, or the unit it was cut from."""
+        return self.origin or self
 
     @property
     def supervised(self) -> int:
@@ -71,17 +82,27 @@ def session_units(seqs: Iterable[Sequence], share: bool = True) -> list[Unit]:
 
 
 def split_unit(unit: Unit, budget: int) -> list[Unit]:
-    """Parts of at most ``budget`` computed tokens where possible; a part's first segment shares nothing."""
+    """Parts of at most ``budget`` positions where possible (the unit itself when it fits). A part's first
+    segment lays out its whole context (shares nothing inside the part); every part keeps ``origin``, so
+    its features come from the whole unit's, computed once."""
     parts: list[Unit] = []
-    cur = Unit()
-    for seg in unit.segments:
-        if cur.segments and cur.computed + seg.computed > budget:
+    cur = Unit(origin=unit, first=0)
+    for i, seg in enumerate(unit.segments):
+        new = seg.computed if cur.segments else len(seg.seq.input_ids)
+        if cur.segments and cur.computed + new > budget:
             parts.append(cur)
-            cur = Unit()
+            cur = Unit(origin=unit, first=i)
         cur.segments.append(seg if cur.segments else Segment(seg.seq, 0))
     if cur.segments:
         parts.append(cur)
-    return parts
+    return parts if len(parts) > 1 else [unit]
+
+
+def target_tokens(steps: Iterable[Iterable[Unit]]) -> int:
+    """Positions the target computes for one pass over ``steps``: each source unit once, however many
+    parts (and steps) it was split into."""
+    sources = {id(u.source): u.source for s in steps for u in s}
+    return sum(u.computed for u in sources.values())
 
 
 def pack(units: list[Unit], budget: int) -> list[list[Unit]]:

@@ -113,10 +113,12 @@ def block_attention_mask(anchors: torch.Tensor, context_len: int, block_size: in
 def block_mask_mod(anchors: torch.Tensor, context_len: int, block_size: int):  # type: ignore[no-untyped-def]
     """The same mask as :func:`block_attention_mask`, as a flex-attention ``mask_mod``."""
     q_anchor = anchors.repeat_interleave(block_size)
+    # a tensor, not a Python int: compiled flex attention guards on an int's value (a graph per length)
+    ctx = torch.tensor(context_len, device=anchors.device)
 
     def mask_mod(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
-        in_ctx = (kv_idx < context_len) & (kv_idx < q_anchor[q_idx])
-        same_block = (kv_idx >= context_len) & ((kv_idx - context_len) // block_size == q_idx // block_size)
+        in_ctx = (kv_idx < ctx) & (kv_idx < q_anchor[q_idx])
+        same_block = (kv_idx >= ctx) & ((kv_idx - ctx) // block_size == q_idx // block_size)
         return in_ctx | same_block
 
     return mask_mod

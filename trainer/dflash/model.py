@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch._dynamo
 from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.attention.flex_attention import flex_attention
@@ -73,15 +74,24 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
 
 
 _COMPILED_FLEX: dict[str, object] = {}
+COMPILE_FLEX_ON = {"cuda"}  # device types whose flex attention is compiled (tests add "cpu": forward only)
+FLEX_BACKEND = "inductor"  # torch.compile's backend (tests count dynamo's graphs with "eager" on a CPU)
 
 
 def _flex_attention(device: torch.device):  # type: ignore[no-untyped-def]
-    """flex_attention, compiled on CUDA (only compiled is it block-sparse and fused); eager elsewhere."""
-    if device.type != "cuda":
+    """flex_attention, compiled on CUDA (only compiled is it block-sparse and fused); eager elsewhere.
+
+    Compiled with dynamic shapes: every step's context and query count differ, and a graph per length
+    would recompile all run long, then silently fall back to eager flex attention (which materialises
+    the whole score matrix) once dynamo's recompile limit is hit. With the mask's lengths held in tensors
+    (``helpers.block_mask_mod``, ``layout.mask_mod``) a run builds two graphs (the first length static,
+    then one dynamic); hitting the limit anyway is an error, never a silent eager fallback."""
+    if device.type not in COMPILE_FLEX_ON:
         return flex_attention
-    if "cuda" not in _COMPILED_FLEX:
-        _COMPILED_FLEX["cuda"] = torch.compile(flex_attention)
-    return _COMPILED_FLEX["cuda"]
+    if device.type not in _COMPILED_FLEX:
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        _COMPILED_FLEX[device.type] = torch.compile(flex_attention, dynamic=True, backend=FLEX_BACKEND)
+    return _COMPILED_FLEX[device.type]
 
 
 @dataclass

@@ -41,9 +41,10 @@ def _create(mod: Any, q: int, context_len: int, device: torch.device, rows: int 
         return create_block_mask(mod, B=None, H=None, Q_LEN=q, KV_LEN=kv_len, device=device)
     parts: list[BlockMask] = []
     for start in range(0, q, rows):
+        offset = torch.tensor(start, device=device)  # a tensor: one compiled mask graph for every piece
 
-        def piece(b: Any, h: Any, q_idx: Any, kv_idx: Any, start: int = start) -> Any:
-            return mod(b, h, q_idx + start, kv_idx)
+        def piece(b: Any, h: Any, q_idx: Any, kv_idx: Any, offset: torch.Tensor = offset) -> Any:
+            return mod(b, h, q_idx + offset, kv_idx)
 
         n = min(rows, q - start)
         parts.append(create_block_mask(piece, B=None, H=None, Q_LEN=n, KV_LEN=kv_len, device=device))

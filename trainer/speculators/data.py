@@ -4,7 +4,8 @@ speculators' `scripts/train.py --data-path OUT` reads a `datasets` folder (`load
 `input_ids`, `loss_mask` and `seq_len` per row, and splits it by row order: the first
 `int(len · --train-data-ratio)` rows train, the rest validate. So the run's train sequences are written
 first and its held-out ones after them, and the ratio that reproduces this project's split exactly is
-written to `OUT/dflash_factory.json` and printed. Sequences are written whole (this project never cuts
+written to `OUT/dflash_factory.json` and printed (with nothing held out, a copy of the last training
+sequence is the validation split: speculators refuses an empty one). Sequences are written whole (this project never cuts
 a supervised span): pass `--total-seq-len` at least `max_seq_len` from that file, or speculators'
 preprocessing truncates them silently.
 """
@@ -36,9 +37,12 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def train_ratio(n_train: int, n_total: int) -> float:
-    """A `--train-data-ratio` r with int(n_total · r) == n_train (speculators' own split expression)."""
-    if n_total == n_train:
-        return 1.0
+    """A `--train-data-ratio` r with int(n_total · r) == n_train (speculators' own split expression).
+
+    speculators always validates and refuses r = 1 (its validation split `r − 1` must not be 0), so
+    there must be at least one row after the training rows (``export`` sees to it)."""
+    if not 0 < n_train < n_total:
+        raise ValueError(f"{n_train} training rows of {n_total}: speculators needs both splits non-empty")
     r = (n_train + 0.5) / n_total
     assert int(n_total * r) == n_train
     return r
@@ -55,7 +59,10 @@ def export(run_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
         raise SystemExit(f"{out} exists and is not empty: choose a new directory")
     train = _rows(data / "train.parquet")
     held = _rows(data / "eval.parquet") if (data / "eval.parquet").exists() else []
-    rows = train + held
+    # Nothing held out (eval_fraction 0): speculators refuses an empty validation split, so a copy of
+    # the last training sequence validates, and every training sequence is still trained on.
+    validation_copy = not held and bool(train)
+    rows = train + (held or train[-1:])
     bad = [i for i, r in enumerate(rows) if len(r["loss_mask"]) != r["seq_len"] or not any(r["loss_mask"])]
     if bad:
         raise SystemExit(
@@ -67,6 +74,7 @@ def export(run_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
         "rows": len(rows),
         "train_rows": len(train),
         "eval_rows": len(held),
+        "validation_is_a_training_copy": validation_copy,
         "train_data_ratio": train_ratio(len(train), len(rows)),
         "max_seq_len": max((r["seq_len"] for r in rows), default=0),
         "supervised_tokens": sum(sum(r["loss_mask"]) for r in rows),

@@ -6,12 +6,12 @@ import torch
 
 from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
 from trainer.data.build import Sequence
-from trainer.data.units import Segment, Unit, pack, session_units
+from trainer.data.units import Segment, Unit, pack, session_units, split_unit, target_tokens
 from trainer.dflash import attention as A
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
 from trainer.dflash.objective import dflash_loss
-from trainer.packed import make_step, unit_features
+from trainer.packed import FeatureMemo, epoch_order, make_step, sample_anchors, unit_features
 
 B = 4
 
@@ -228,3 +228,52 @@ def test_a_packed_step_has_the_loss_and_gradients_of_its_documents_computed_one_
     assert grads.keys() == {n for n, p in drafter.named_parameters() if p.grad is not None}
     for name, p in drafter.named_parameters():
         assert torch.allclose(grads[name], p.grad, atol=1e-5, rtol=1e-4), name
+
+
+def test_a_split_session_computes_its_features_once_and_every_part_sees_its_whole_context() -> None:
+    """max_len smaller than a session: each call is a part of its own, laying out its whole context, yet
+    the target runs over the session once and each part's features are gathered from that pass."""
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    system, turn1, reply1 = _ids(30, 3), _ids(8, 4), _ids(10, 5)
+    first = _seq(system + turn1 + reply1, 38)
+    second = _seq([*system, *turn1, 7, 7, *reply1[2:], *_ids(18, 6)], 50)  # re-rendered: shares 38
+    third = _seq([*second.input_ids, *_ids(12, 7)], 66)  # an exact extension: shares all of second
+    [unit] = session_units([first, second, third])
+    parts = split_unit(unit, 40)
+    assert [len(p.segments) for p in parts] == [1, 1, 1] and all(p.origin is unit for p in parts)
+    assert target_tokens([[p] for p in parts]) == unit.computed == 48 + 28 + 12
+    memo = FeatureMemo()
+    steps = [make_step(target, [p], drafter.target_layer_ids, torch.device("cpu"), memo=memo) for p in parts]
+    assert [s.target_tokens for s in steps] == [unit.computed, 0, 0]  # one pass, reused by the others
+    for step, seq in zip(steps, (first, second, third), strict=True):
+        alone = target.tap(torch.tensor([seq.input_ids]), drafter.target_layer_ids)
+        assert step.computed == len(seq.input_ids)  # the part's call with its whole context
+        assert torch.allclose(step.taps, alone, atol=1e-5)  # the features of a forward over that call
+
+
+def test_an_epoch_takes_the_parts_of_a_split_session_in_a_row() -> None:
+    sessions = [[_seq(_ids(20 + i, 10 * k + i), 10, f"s{k}") for i in range(3)] for k in range(4)]
+    units = session_units([s for calls in sessions for s in calls])
+    steps = [[p] for u in units for p in split_unit(u, 25)]
+    assert len(steps) == 12
+    for seed in range(3):
+        order = epoch_order(steps, seed)
+        assert sorted(order) == list(range(12))
+        sources = [id(steps[i][0].source) for i in order]
+        runs = [s for i, s in enumerate(sources) if i == 0 or sources[i - 1] != s]
+        assert len(runs) == 4  # each session's parts consecutive
+    assert epoch_order(steps, 0) != epoch_order(steps, 1)  # and the sessions shuffled per epoch
+
+
+def test_anchors_are_budgeted_per_supervised_token() -> None:
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    short, long = _seq(_ids(30, 1), 20, "x"), _seq(_ids(130, 2), 10, "y")  # 9 and 119 candidates
+    step = make_step(target, session_units([short, long]), drafter.target_layer_ids, torch.device("cpu"))
+    seg = step.layout.seg
+    flat = sample_anchors(step, 8, torch.Generator().manual_seed(0))
+    assert torch.bincount(seg[flat]).tolist() == [8, 8]  # a flat cap: the long call gets a short one's
+    dense = sample_anchors(step, 8, torch.Generator().manual_seed(0), per_tokens=20)
+    # 8 per 20 supervised positions: ceil(8·9/20) = 4, ceil(8·119/20) = 48
+    assert torch.bincount(seg[dense]).tolist() == [4, 48]

@@ -94,10 +94,33 @@ def test_import_without_the_target_depth_is_refused(tmp_path: Path) -> None:
 
 
 def test_train_ratio_reproduces_the_split_with_speculators_expression() -> None:
-    for n_train in range(0, 50):
-        for n_eval in range(0, 7):
+    for n_train in range(1, 50):
+        for n_eval in range(1, 7):
             r = train_ratio(n_train, n_train + n_eval)
+            assert 0 < r < 1  # speculators refuses 1.0 (its validation split would be empty)
             assert int((n_train + n_eval) * r) == n_train
+    with pytest.raises(ValueError, match="both splits"):
+        train_ratio(5, 5)
+
+
+def test_with_nothing_held_out_a_copy_of_the_last_training_row_validates(tmp_path: Path) -> None:
+    data = tmp_path / "run" / "data"
+    data.mkdir(parents=True)
+    seqs = [([1, 2, 3, 4], [0, 0, 1, 1]), ([5, 6, 7], [0, 1, 1])]
+    table = pa.table(
+        {"input_ids": [s for s, _ in seqs], "loss_mask": [m for _, m in seqs], "split": ["train"] * 2}
+    )
+    pq.write_table(table, data / "train.parquet")
+    out = tmp_path / "spec-data"
+    result = CliRunner().invoke(app, ["export-speculators", str(tmp_path / "run"), str(out)])
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "dflash_factory.json").read_text())
+    assert meta["validation_is_a_training_copy"] is True
+    assert 0 < meta["train_data_ratio"] < 1
+    ds = load_from_disk(str(out))
+    n_train = int(len(ds) * meta["train_data_ratio"])  # speculators' split of the rows, in order
+    assert ds["input_ids"][:n_train] == [[1, 2, 3, 4], [5, 6, 7]]  # every training row trains
+    assert ds["input_ids"][n_train:] == [[5, 6, 7]]  # and the validation split is not empty
 
 
 def test_export_speculators_writes_train_then_eval_rows_read_back_by_datasets(tmp_path: Path) -> None:
