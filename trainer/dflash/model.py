@@ -24,14 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch._dynamo
 from safetensors.torch import load_file, save_file
 from torch import nn
-from torch.nn.attention.flex_attention import flex_attention
 from transformers import Qwen3Config
 from transformers.activations import ACT2FN
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
 
+from trainer.dflash import compiled
 from trainer.dflash import config as dcfg
 from trainer.dflash.attention import DocumentMask, dense_attention
 
@@ -71,27 +70,6 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
         rot = torch.stack((-x2, x1), dim=-1).flatten(-2)
         return x * c + rot * s
     raise ValueError(f"unknown RoPE style {style!r}; one of {dcfg.ROPE_STYLES}")
-
-
-_COMPILED_FLEX: dict[str, object] = {}
-COMPILE_FLEX_ON = {"cuda"}  # device types whose flex attention is compiled (tests add "cpu": forward only)
-FLEX_BACKEND = "inductor"  # torch.compile's backend (tests count dynamo's graphs with "eager" on a CPU)
-
-
-def _flex_attention(device: torch.device):  # type: ignore[no-untyped-def]
-    """flex_attention, compiled on CUDA (only compiled is it block-sparse and fused); eager elsewhere.
-
-    Compiled with dynamic shapes: every step's context and query count differ, and a graph per length
-    would recompile all run long, then silently fall back to eager flex attention (which materialises
-    the whole score matrix) once dynamo's recompile limit is hit. With the mask's lengths held in tensors
-    (``helpers.block_mask_mod``, ``layout.mask_mod``) a run builds two graphs (the first length static,
-    then one dynamic); hitting the limit anyway is an error, never a silent eager fallback."""
-    if device.type not in COMPILE_FLEX_ON:
-        return flex_attention
-    if device.type not in _COMPILED_FLEX:
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
-        _COMPILED_FLEX[device.type] = torch.compile(flex_attention, dynamic=True, backend=FLEX_BACKEND)
-    return _COMPILED_FLEX[device.type]
 
 
 @dataclass
@@ -151,7 +129,7 @@ class DFlashAttention(nn.Module):
         # input) give float32; flex attention before torch 2.10 refuses mixed dtypes. One dtype: v's.
         q, k = q.to(v.dtype), k.to(v.dtype)
         if mask is not None and not isinstance(mask, torch.Tensor | DocumentMask):
-            out = _flex_attention(q.device)(q, k, v, block_mask=mask, scale=self.scaling, enable_gqa=True)
+            out = compiled.attention(q.device)(q, k, v, block_mask=mask, scale=self.scaling, enable_gqa=True)
         else:
             rep = self.num_heads // self.num_kv_heads
             if rep > 1:

@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from torch.utils.checkpoint import checkpoint
 
+from trainer.dflash import compiled
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
 
@@ -30,13 +31,16 @@ MASK_ROWS = 1024
 
 
 def _create(mod: Any, q: int, context_len: int, device: torch.device, rows: int = MASK_ROWS) -> BlockMask:
-    """The flex BlockMask of `mod` over q queries × (context + q) keys, built `rows` queries at a time.
+    """The flex BlockMask of `mod` over q queries × (context + q) keys: compiled where flex attention is
+    (``compiled.block_mask``), else built `rows` queries at a time.
 
     `create_block_mask` evaluates the mask over every query × key before reducing it to 128×128 blocks
     (about 16 bytes per pair, measured): at 32k queries of a packed step over a 48k-token context that
     is ~25 GB at once. Built in pieces of `rows` queries, the transient is rows × keys, and the pieces'
     block rows are joined into one mask (the same one: tests/trainer/dflash/test_flex_mask.py)."""
     kv_len = context_len + q
+    if compiled.is_compiled(device):  # fused: no queries × keys temporary, so no pieces either
+        return compiled.block_mask(device)(mod, B=None, H=None, Q_LEN=q, KV_LEN=kv_len, device=device)
     if q <= rows:
         return create_block_mask(mod, B=None, H=None, Q_LEN=q, KV_LEN=kv_len, device=device)
     parts: list[BlockMask] = []

@@ -1,7 +1,8 @@
 """Compiled flex attention builds a handful of graphs over a run's many lengths, and never falls back to
 eager flex attention (which materialises the whole score matrix).
 
-Flex attention compiles on a GPU in training; here the same compiled path runs on the CPU, forward only
+Flex attention and its block mask compile on a GPU in training (trainer.dflash.compiled); here the same
+compiled path runs on the CPU, forward only
 (flex attention's backward exists only on GPUs). Graphs and recompiles are dynamo's, whatever backend
 lowers them: the test compiles with the `eager` backend, because torch 2.13's CPU inductor emits C++ that
 does not build for this mask (`cur_qSplitSize3 was not declared`). Every step's context length and anchor
@@ -14,9 +15,9 @@ import torch
 import torch._dynamo
 
 from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from trainer.dflash import compiled as C
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
-from trainer.dflash import model as M
 from trainer.dflash.objective import dflash_loss
 
 pytestmark = pytest.mark.slow  # dynamo traces flex attention for a dozen lengths
@@ -25,9 +26,9 @@ B = 4
 
 
 def test_many_lengths_compile_two_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(M, "COMPILE_FLEX_ON", {"cuda", "cpu"})
-    monkeypatch.setattr(M, "_COMPILED_FLEX", {})
-    monkeypatch.setattr(M, "FLEX_BACKEND", "eager")
+    monkeypatch.setattr(C, "COMPILE_ON", {"cuda", "cpu"})
+    monkeypatch.setattr(C, "_COMPILED", {})
+    monkeypatch.setattr(C, "BACKEND", "eager")
     torch._dynamo.reset()
     target = tiny_target()
     drafter = tiny_drafter(target, block_size=B).eval()
@@ -50,8 +51,10 @@ def test_many_lengths_compile_two_graphs(monkeypatch: pytest.MonkeyPatch) -> Non
             )  # fmt: skip
         assert torch.isfinite(out.loss)
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
-    # The first length static, then dynamic graphs (a dimension that was 1 is specialised: one more);
-    # after the first few lengths, no new graph at all, however many lengths follow.
-    assert graphs[-1] <= 3, graphs
+    # Per compiled function (flex attention, its block mask): the first length static, then dynamic
+    # graphs (a dimension that was 1 is specialised: one more); after the first few lengths, no new
+    # graph at all, however many lengths follow.
+    assert graphs[-1] <= 6, graphs
     assert graphs[-1] == graphs[len(lengths) // 2], graphs
-    assert "cpu" in M._COMPILED_FLEX  # the compiled path ran, not eager flex attention
+    # the compiled path ran, not eager flex attention
+    assert set(C._COMPILED) == {("flex_attention", "cpu"), ("create_block_mask", "cpu")}

@@ -241,7 +241,8 @@ def test_a_split_session_computes_its_features_once_and_every_part_sees_its_whol
     third = _seq([*second.input_ids, *_ids(12, 7)], 66)  # an exact extension: shares all of second
     [unit] = session_units([first, second, third])
     parts = split_unit(unit, 40)
-    assert [len(p.segments) for p in parts] == [1, 1, 1] and all(p.origin is unit for p in parts)
+    assert [len(p.segments) for p in parts] == [1, 1, 1]
+    assert all(p.origin is unit for p in parts)
     assert target_tokens([[p] for p in parts]) == unit.computed == 48 + 28 + 12
     memo = FeatureMemo()
     steps = [make_step(target, [p], drafter.target_layer_ids, torch.device("cpu"), memo=memo) for p in parts]

@@ -1,0 +1,49 @@
+"""Flex attention and its block masks, compiled where they are trained (CUDA), with dynamic shapes.
+
+Every training step has another context length and anchor count. Compiled per shape, a run would
+recompile all along and, once dynamo's recompile limit is hit, silently fall back to eager flex attention,
+which materialises the whole score matrix. So both are compiled with ``dynamic=True`` and the masks keep
+their lengths in tensors (``helpers.block_mask_mod``, ``layout.mask_mod``; dynamo guards on a Python
+int's value): a run builds a handful of graphs (the first shape static, then dynamic ones), and hitting
+the limit anyway raises instead of falling back (tests/trainer/dflash/test_compile_bounded.py).
+
+Compiled, ``create_block_mask`` fuses the mask function into its block reduction, so a step's mask never
+materialises its queries × keys as a boolean tensor (eager: ~16 bytes per pair, gigabytes at 32k × 48k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+COMPILE_ON = {"cuda"}  # device types compiled for (tests add "cpu": flex attention's forward only)
+BACKEND = "inductor"  # torch.compile's backend (tests count dynamo's graphs with "eager" on a CPU)
+_COMPILED: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def _compiled(name: str, fn: Callable[..., Any], device: torch.device) -> Callable[..., Any]:
+    if device.type not in COMPILE_ON:
+        return fn
+    key = (name, device.type)
+    if key not in _COMPILED:
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
+        _COMPILED[key] = torch.compile(fn, dynamic=True, backend=BACKEND)
+    return _COMPILED[key]
+
+
+def attention(device: torch.device) -> Callable[..., Any]:
+    """flex_attention for ``device``: compiled (block-sparse and fused) or eager."""
+    return _compiled("flex_attention", flex_attention, device)
+
+
+def block_mask(device: torch.device) -> Callable[..., Any]:
+    """create_block_mask for ``device``: compiled (no queries × keys temporary) or eager."""
+    return _compiled("create_block_mask", create_block_mask, device)
+
+
+def is_compiled(device: torch.device) -> bool:
+    return device.type in COMPILE_ON
