@@ -20,7 +20,8 @@ from trainer.data import build as data_build
 from trainer.data.units import Unit, pack, session_units
 from trainer.dflash import helpers as H
 from trainer.drafting import Drafting, step_loss
-from trainer.packed import PackedStep, host_copy, sample_anchors, step_for, to_device
+from trainer.feeding import host_copy, to_device
+from trainer.packed import PackedStep, sample_anchors, step_for
 
 MAX_STEPS = 16  # held-out packed steps per evaluation: enough for a stable estimate, cheap next to training
 

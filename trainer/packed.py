@@ -10,7 +10,6 @@ runs over the whole unit once, and each part's positions are gathered from those
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections import OrderedDict
 from collections.abc import Callable
@@ -258,33 +257,3 @@ def epoch_order(steps: list[list[Unit]], seed: int) -> list[int]:
     keys = list(groups)
     perm = torch.randperm(len(keys), generator=torch.Generator().manual_seed(seed)).tolist()
     return [i for k in perm for i in groups[keys[k]]]
-
-
-def host_copy(step: PackedStep) -> PackedStep:
-    """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy)."""
-    pin = step.taps.is_cuda
-
-    def host(t: torch.Tensor) -> torch.Tensor:
-        t = t.cpu()
-        return t.pin_memory() if pin else t
-
-    layout = L.Layout(host(step.layout.seg), host(step.layout.pos), host(step.layout.share))
-    return dataclasses.replace(
-        step, taps=host(step.taps), input_ids=host(step.input_ids), loss_mask=host(step.loss_mask),
-        layout=layout,
-    )  # fmt: skip
-
-
-def to_device(step: PackedStep, device: torch.device) -> PackedStep:
-    """A host copy back on ``device``, copied without blocking the host (pinned memory)."""
-    if step.taps.device == device:
-        return step
-
-    def dev(t: torch.Tensor) -> torch.Tensor:
-        return t.to(device, non_blocking=True)
-
-    layout = L.Layout(dev(step.layout.seg), dev(step.layout.pos), dev(step.layout.share))
-    return dataclasses.replace(
-        step, taps=dev(step.taps), input_ids=dev(step.input_ids), loss_mask=dev(step.loss_mask),
-        layout=layout,
-    )  # fmt: skip

@@ -41,18 +41,9 @@ from trainer.data.units import Unit, session_units, sharing_report
 from trainer.dflash import helpers as H
 from trainer.dflash.objective import StepOutput, use_flex_attention
 from trainer.drafting import Drafting, finish, make_drafting, step_loss
+from trainer.feeding import StepFeed
 from trainer.heldout import HeldOut
-from trainer.packed import (
-    FeatureMemo,
-    PackedStep,
-    describe_steps,
-    epoch_order,
-    host_copy,
-    plan_steps,
-    sample_anchors,
-    step_for,
-    to_device,
-)
+from trainer.packed import describe_steps, epoch_order, plan_steps, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.rundir import open_run, resolve_data
 
@@ -161,8 +152,7 @@ def loop(
     """Optimizer steps until ``total_steps`` or a stop signal; ``pos`` is advanced in place."""
     weights = H.loss_weights(cfg.block_size, cfg.gamma or H.default_gamma(cfg.block_size), device=acc.device)
     flex = use_flex_attention(acc.device)
-    cached: dict[int, PackedStep] = {}
-    memo = FeatureMemo()  # the parts of a split session, taken in a row, share its features
+    feed = StepFeed(cfg, target, d.layer_ids, acc.device)
     order: list[int] = []
     order_epoch = -1
     progress = Progress(d.total_steps, pos.step, cfg.block_size, enabled=acc.is_main_process)
@@ -176,11 +166,14 @@ def loop(
             epoch, index = divmod(micro, d.micro_per_epoch)
             if epoch != order_epoch:
                 order, order_epoch = epoch_order(steps, cfg.seed + epoch), epoch
-            pick = order[(acc.process_index * d.micro_per_epoch + index) % len(steps)]
+            at = acc.process_index * d.micro_per_epoch + index
+            pick = order[at % len(steps)]
+            if index + 1 < d.micro_per_epoch:  # the next kept step crosses to the GPU during this one
+                feed.prefetch(order[(at + 1) % len(steps)])
             # -- forward + backward on it
             with acc.accumulate(d.model):
                 out, n_tok, n_sup, n_target = micro_step(
-                    acc, cfg, target, d, steps[pick], pick, micro, weights, flex, cached, memo
+                    acc, cfg, target, d, steps[pick], pick, micro, weights, flex, feed
                 )
                 acc.backward(out.loss)
                 if acc.sync_gradients and cfg.grad_clip:
@@ -227,20 +220,12 @@ def micro_step(
     micro: int,
     weights: torch.Tensor,
     flex: bool,
-    cached: dict[int, PackedStep],
-    memo: FeatureMemo | None = None,
+    feed: StepFeed,
 ) -> tuple[StepOutput, int, int, int]:
     """The loss of one packed step: the target's features once per shared prefix (no grad), up to
     ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks.
     Returns it with the step's positions, supervised tokens and the positions the target computed now."""
-    step = cached.get(pick)
-    if step is None:
-        step = step_for(cfg, target, units, d.layer_ids, acc.device, memo)  # features: trainer/sources
-        computed = step.target_tokens
-        if cfg.cache_features:  # kept in host memory (pinned on a GPU host), not on the accelerator
-            cached[pick] = host_copy(step)
-    else:
-        step, computed = to_device(step, acc.device), 0
+    step, computed = feed.take(pick, units)  # features: trainer/sources, once per unit (trainer.feeding)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
     anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors, cfg.anchor_tokens)
     out = step_loss(d, target, step, anchors, block_size=cfg.block_size, weights=weights, flex=flex)

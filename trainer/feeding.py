@@ -1,0 +1,83 @@
+"""How packed steps reach the accelerator during training.
+
+- features are computed once per unit (``packed.FeatureMemo``: the parts of a split session in a row);
+- with ``cache_features`` a step is kept after its first use in host memory, pinned on a GPU host (not on
+  the accelerator: a run's cached features may be far larger than its memory);
+- a kept step is copied to the accelerator on a side stream while the step before it computes, so a
+  cached epoch never waits on a host-to-device copy (``prefetch`` then ``take``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from standin.model import Target
+from trainer.config import TrainConfig
+from trainer.data.units import Unit
+from trainer.dflash import layout as L
+from trainer.packed import FeatureMemo, PackedStep, step_for
+
+
+class StepFeed:
+    """The packed step for a pick of the epoch's steps, with the positions the target computed for it."""
+
+    def __init__(self, cfg: TrainConfig, target: Target, layer_ids: list[int], device: torch.device) -> None:
+        self.cfg, self.target, self.layer_ids, self.device = cfg, target, layer_ids, device
+        self.memo = FeatureMemo()
+        self.kept: dict[int, PackedStep] = {}
+        self.ahead: dict[int, PackedStep] = {}
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def prefetch(self, pick: int) -> None:
+        """Start copying a kept step to the accelerator (no-op when it is not kept or not on a GPU)."""
+        if self.stream is None or pick not in self.kept or pick in self.ahead:
+            return
+        with torch.cuda.stream(self.stream):
+            self.ahead[pick] = to_device(self.kept[pick], self.device)
+
+    def take(self, pick: int, units: list[Unit]) -> tuple[PackedStep, int]:
+        if pick in self.ahead:
+            assert self.stream is not None
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+            step = self.ahead.pop(pick)
+            for t in (step.taps, step.input_ids, step.loss_mask):
+                t.record_stream(torch.cuda.current_stream(self.device))  # freed after this step's use
+            return step, 0
+        if pick in self.kept:
+            return to_device(self.kept[pick], self.device), 0
+        step = step_for(self.cfg, self.target, units, self.layer_ids, self.device, self.memo)
+        if self.cfg.cache_features:
+            self.kept[pick] = host_copy(step)
+        return step, step.target_tokens
+
+
+def host_copy(step: PackedStep) -> PackedStep:
+    """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy)."""
+    pin = step.taps.is_cuda
+
+    def host(t: torch.Tensor) -> torch.Tensor:
+        t = t.cpu()
+        return t.pin_memory() if pin else t
+
+    layout = L.Layout(host(step.layout.seg), host(step.layout.pos), host(step.layout.share))
+    return dataclasses.replace(
+        step, taps=host(step.taps), input_ids=host(step.input_ids), loss_mask=host(step.loss_mask),
+        layout=layout,
+    )  # fmt: skip
+
+
+def to_device(step: PackedStep, device: torch.device) -> PackedStep:
+    """A host copy back on ``device``, copied without blocking the host (pinned memory)."""
+    if step.taps.device == device:
+        return step
+
+    def dev(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, non_blocking=True)
+
+    layout = L.Layout(dev(step.layout.seg), dev(step.layout.pos), dev(step.layout.share))
+    return dataclasses.replace(
+        step, taps=dev(step.taps), input_ids=dev(step.input_ids), loss_mask=dev(step.loss_mask),
+        layout=layout,
+    )  # fmt: skip
