@@ -1,85 +1,84 @@
-"""The trainer's GPU path at real scale, with no download: a Qwen3-8B-shaped target with random bf16 weights.
+"""The trainer's own code path at GPU scale, with no download: a Qwen3-8B-shaped random bf16 target.
 
-For synthetic sequences of 4k, 16k and 32k tokens (the last quarter supervised) it measures:
+train.yaml's recipe; the Accelerator, drafter, AdamW and schedule as `trainer.train.train` makes them;
+steps planned by `plan_steps` over synthetic sessions whose calls share prefixes; each step the loop's
+`micro_step` + backward + clip + optimizer, with features from the target in-process (``hf``) and from
+the files `python -m trainer features` writes (``cache``). Per length and source one JSON line: seconds
+per phase of the fastest step (the trainer's functions wrapped with timers, CUDA synchronized at each
+boundary), tokens/s, peak GPU memory, attention backend, loss; then a summary with the torch.compile
+graphs built and the recompiles.
 
-- features tokens/s: the frozen target's forward with the five taps (bf16, no grad); and what
-  `python -m trainer features` adds to it: storing them as a shard (`trainer.sources.cache`, MiB and
-  seconds) and reading them back as a training step does (seconds);
-- training tokens/s: one DFlash training step of a 5-layer drafter (512 anchors, block 16, bf16 autocast,
-  AdamW) on those features, as context tokens per second of step; and end to end (features + step);
-- peak GPU memory of the step (``torch.cuda.max_memory_allocated``);
-- the attention backend the drafter used (compiled flex attention with a block mask on CUDA, SDPA with a
-  dense mask elsewhere) and the number of torch.compile graphs built over all lengths (one per new
-  shape would mean recompiling for every sequence length).
+The GPU image has torch, transformers, accelerate, safetensors, pyarrow, typer, rich, httpx... but not
+pydantic (the run config) nor tenacity (imported with the feature sources): carry the wheels pinned in
+benchmarks/gpu_requirements.txt (the checkout itself is put on sys.path; nothing is installed from it):
 
-Needs only torch, transformers, accelerate and safetensors — no model files, no `pip install` of this
-project (tests/trainer/test_gpu_benchmark_needs.py runs it where nothing else is installed).
-Designed to finish in about 8 minutes on one H200. On a CPU, ``--shape tiny --lengths 256,512`` only
-proves the script runs.
+    pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
+        --platform manylinux_2_17_x86_64 -d .whl -r benchmarks/gpu_requirements.txt
+    # on the GPU machine, in the checkout:
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+    python3 benchmarks/gpu_trainer.py            # Qwen3-8B shape, 4k/16k/32k, bf16: under 6 minutes
+    python3 benchmarks/gpu_trainer.py --shape tiny --lengths 16,32 --mixed-precision no   # CPU smoke run
 
-    python benchmarks/gpu_trainer.py                                  # GPU, Qwen3-8B shape
-    python benchmarks/gpu_trainer.py --shape tiny --lengths 256,512   # CPU smoke run
+No step starts after `--timeout` (330 s after the imports); a watchdog ends a step still running 10 s
+later. Either way what was measured is printed; the exit status is 2 when nothing was.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
+import os
 import sys
 import tempfile
+import threading
 import time
+from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch._dynamo
+from accelerate import Accelerator
+from accelerate.utils import set_seed
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-# Run from a checkout (`python benchmarks/gpu_trainer.py`) on a machine where only torch, transformers,
-# accelerate and safetensors are installed: the project's packages come from the checkout itself.
+# Run from a checkout: the project's packages come from the checkout itself, not an install.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import trainer.dflash.layout as layout_mod
+import trainer.dflash.objective as objective
+import trainer.train as train_mod
 from standin.model import Target
+from trainer.config import TrainConfig
+from trainer.data import build as data_build
+from trainer.data.build import Sequence
+from trainer.data.units import Unit
 from trainer.dflash import helpers as H
-from trainer.dflash import layout as L
-from trainer.dflash.config import make_draft_config
-from trainer.dflash.model import DFlashDraftModel
-from trainer.dflash.objective import dflash_loss, use_flex_attention
-from trainer.sources import cache
+from trainer.drafting import Drafting, make_drafting
+from trainer.features import features
+from trainer.packed import plan_steps
 
+# The Qwen3-8B target at real scale, and a tiny one for a CPU smoke run (Qwen3Config fields).
+# fmt: off
 SHAPES: dict[str, dict[str, Any]] = {
-    "qwen3-8b": dict(
-        vocab_size=151_936,
-        hidden_size=4096,
-        intermediate_size=12_288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40_960,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=False,
-    ),
-    "tiny": dict(
-        vocab_size=1024,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=8,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=4096,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=False,
-    ),
+    "qwen3-8b": dict(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40_960),
+    "tiny": dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096),
 }
+COMMON: dict[str, Any] = dict(rope_theta=1_000_000.0, tie_word_embeddings=False)
+# fmt: on
+START = time.monotonic()  # what --timeout counts from: the imports are done (≈ 5-10 s on a GPU machine)
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("features", "anchors", "mask", "forward", "backward", "optimizer")
 
 
-def random_target(shape: str, device: torch.device) -> Target:
-    """Random weights built directly on the device in bf16 (no float32 copy anywhere)."""
-    config = Qwen3Config(**SHAPES[shape])
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+def random_target(shape: str, device: torch.device, dtype: torch.dtype) -> Target:
+    """Random weights built directly on the device in the training dtype (no float32 copy anywhere)."""
+    config = Qwen3Config(**SHAPES[shape], **COMMON)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -88,128 +87,238 @@ def random_target(shape: str, device: torch.device) -> Target:
             model = Qwen3ForCausalLM(config).eval().requires_grad_(False)
     finally:
         torch.set_default_dtype(previous)
-    return Target(
-        name=shape,
-        model=model,
-        tokenizer=None,  # type: ignore[arg-type]
-        stop_token_ids=(),
-        max_position_embeddings=config.max_position_embeddings,
-    )
+    no_tokenizer: Any = None  # the config names the mask token; nothing here encodes text
+    return Target(shape, model, no_tokenizer, (), config.max_position_embeddings)
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+def sessions(n: int, vocab: int, count: int = 2) -> list[Sequence]:
+    """`count` sessions of two n-token calls; the second re-uses the first's first half (prefix sharing),
+    the last quarter of each is the supervised completion. Ids below vocab - 1, the mask token."""
+    g = torch.Generator().manual_seed(n)
+    out = []
+    for s in range(count):
+        first = torch.randint(0, vocab - 1, (n,), generator=g).tolist()
+        second = first[: n // 2] + torch.randint(0, vocab - 1, (n - n // 2,), generator=g).tolist()
+        second[n // 2] = (first[n // 2] + 1) % (vocab - 1)  # the shared prefix ends exactly at n // 2
+        q = n - n // 4
+        for ids in (first, second):
+            out.append(Sequence(ids, [0] * q + [1] * (n - q), [q], [n], f"session-{s}", f"repo:{s}"))
+    return out
 
 
-def one_length(
-    target: Target, drafter: DFlashDraftModel, opt: torch.optim.Optimizer, n: int, device: torch.device
-) -> dict[str, Any]:
-    vocab = target.vocab_size
-    ids = torch.randint(0, vocab - 1, (n,), generator=torch.Generator().manual_seed(n)).to(device)
-    mask = torch.zeros(n, dtype=torch.long, device=device)
-    mask[-n // 4 :] = 1
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    sync(device)
-    t0 = time.perf_counter()
-    taps = target.tap(ids[None], drafter.target_layer_ids)
-    sync(device)
-    t_feat = time.perf_counter() - t0
-    stored = store_and_read(taps[0], ids.tolist(), mask.tolist(), drafter.target_layer_ids)
-    flex = use_flex_attention(device)
-    weights = H.loss_weights(drafter.block_size, H.default_gamma(drafter.block_size), device=device)
-    times = []
-    for rep in range(3):  # the first includes compiling the flex kernel for this shape
-        anchors = H.sample_anchors(mask.cpu(), 512, torch.Generator().manual_seed(rep)).to(device)
-        sync(device)
+class Clock:
+    """Seconds per phase; the device is synchronized at each boundary so GPU work lands where it ran."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.t = device, defaultdict[str, float](float)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else lambda: None
+        sync()
         t0 = time.perf_counter()
-        autocast = (
-            torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-        )
-        with autocast:
-            out = dflash_loss(
-                drafter,
-                taps=taps,
-                input_ids=ids,
-                loss_mask=mask,
-                anchors=anchors,
-                embed_weight=target.embed_tokens.weight,
-                lm_head_weight=target.lm_head.weight,
-                block_size=drafter.block_size,
-                mask_token_id=drafter.mask_token_id,
-                weights=weights,
-                flex=flex,
-                layout=L.Layout.single(n, device),
+        yield
+        sync()
+        self.t[name] += time.perf_counter() - t0
+
+    def wrap(self, module: Any, attr: str, name: str) -> None:
+        """Time every call of `module.attr` (looked up at call time by the trainer) as phase `name`."""
+        fn = getattr(module, attr)
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return fn(*args, **kwargs)
+
+        setattr(module, attr, timed)
+
+
+class Run:
+    """What the benchmark shares: the trainer's objects (made once, as `train` makes them), the loop's
+    constants, the clock, the rows measured, the deadline."""
+
+    def __init__(self, acc: Accelerator, cfg: TrainConfig, target: Target, d: Drafting, args: Any) -> None:
+        self.acc, self.cfg, self.target, self.d, self.steps = acc, cfg, target, d, args.steps
+        b = cfg.block_size  # the loop's constants, made as trainer.train.loop makes them
+        self.weights = H.loss_weights(b, cfg.gamma or H.default_gamma(b), device=acc.device)
+        self.flex = objective.use_flex_attention(acc.device)
+        self.attention = "flex (compiled, block mask)" if self.flex else "sdpa (dense mask)"
+        self.clock, self.rows, self.micro = Clock(acc.device), list[dict[str, Any]](), 0
+        self.deadline = START + args.timeout
+        for name, module, attr in (  # the trainer's functions, timed wherever the trainer calls them
+            ("features", train_mod, "step_for"),
+            ("anchors", train_mod, "sample_anchors"),
+            ("mask", objective, "_create"),  # the flex block mask (CUDA)
+            ("mask", layout_mod, "document_mask"),  # the dense mask (SDPA elsewhere)
+        ):
+            self.clock.wrap(module, attr, name)
+
+    def late(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+def train_step(run: Run, cfg: TrainConfig, steps: list[list[Unit]]) -> tuple[float, int]:
+    """One iteration of `trainer.train.loop`'s body: the one place this script calls the trainer's step
+    (a change of `micro_step`'s signature on main is fixed here). Returns the loss and the step's tokens."""
+    acc, d, clock, micro = run.acc, run.d, run.clock, run.micro
+    pick = micro % len(steps)
+    with acc.accumulate(d.model):
+        with clock.phase("micro_step"):  # features, anchors and mask are timed inside it
+            out, n_tok, _ = train_mod.micro_step(
+                acc, cfg, run.target, d, steps[pick], pick, micro, run.weights, run.flex, {}
             )
-        out.loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    step = min(times[1:])
-    return {
-        "tokens": n,
-        "features_tok_s": round(n / t_feat, 1),
-        **stored,
-        "train_step_s": round(step, 3),
-        "first_step_s": round(times[0], 3),
-        "train_tok_s": round(n / step, 1),
-        "end_to_end_tok_s": round(n / (t_feat + step), 1),
-        "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
-        if device.type == "cuda"
-        else None,
-        "attention": "flex (compiled, block mask)" if flex else "sdpa (dense mask)",
-        "loss": round(float(out.loss.detach()), 4),
+        with clock.phase("backward"):
+            acc.backward(out.loss)
+        with clock.phase("optimizer"):
+            if acc.sync_gradients and cfg.grad_clip:
+                acc.clip_grad_norm_(d.model.parameters(), cfg.grad_clip)
+            d.opt.step()
+            d.opt.zero_grad(set_to_none=True)
+    if acc.sync_gradients:
+        with clock.phase("optimizer"):
+            d.sched.step()
+    run.micro += 1
+    return float(out.loss.detach()), n_tok
+
+
+def measure(run: Run, cfg: TrainConfig, n: int, steps: list[list[Unit]], **extra: Any) -> None:
+    """`--steps` steps over the planned `steps`; one row from the fastest (the first compiles)."""
+    cuda = run.acc.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    timed = []
+    for _ in range(run.steps):
+        if run.late():
+            break
+        run.clock.t.clear()
+        loss, tokens = train_step(run, cfg, steps)
+        t = run.clock.t
+        t["forward"] = t.pop("micro_step") - t["features"] - t["anchors"] - t["mask"]
+        timed.append(({p: t[p] for p in PHASES}, loss, tokens))
+    if not timed:
+        return
+    best, loss, tokens = min(timed[1:] or timed, key=lambda x: sum(x[0].values()))
+    total = sum(best.values())
+    row = {
+        "length": n,
+        "source": cfg.feature_source,
+        "step_tokens": tokens,
+        "steps": len(timed),
+        **{f"{p}_s": round(best[p], 4) for p in PHASES},
+        "step_s": round(total, 4),
+        "first_step_s": round(sum(timed[0][0].values()), 3),
+        "tok_s": round(tokens / total, 1),
+        "train_tok_s": round(tokens / (total - best["features"]), 1),
+        "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+        "attention": run.attention,
+        "loss_first": round(timed[0][1], 5),
+        "loss": round(loss, 5),
+        **extra,
     }
+    run.rows.append(row)
+    print(json.dumps(row), flush=True)
 
 
-def store_and_read(
-    taps: torch.Tensor, ids: list[int], mask: list[int], layer_ids: list[int]
-) -> dict[str, Any]:
-    """The sequence's taps written as `trainer features` writes a shard, then read back by its ids."""
+def with_(cfg: TrainConfig, **changes: Any) -> TrainConfig:
+    return TrainConfig.validated({**cfg.as_dict(), **changes})
+
+
+def one_length(run: Run, cfg: TrainConfig, n: int) -> None:
+    """Both feature sources at context length n. The packing budget is the recipe's, raised to hold one
+    whole session, so every length exercises prefix sharing (4k: two sessions packed in one step). The
+    cache is written by `python -m trainer features`'s function from the sequences as a run's data/."""
+    seqs = sessions(n, run.target.vocab_size)
+    cfg = with_(cfg, max_len=max(cfg.max_len, n + n // 2))
+    steps = plan_steps(cfg, seqs)
+    measure(run, cfg, n, steps)
+    if run.late():
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        t0 = time.perf_counter()
-        name = cache.shard_name(0, 1)
-        cache.write_shard(root / name, [cache.Stored(ids, mask, 0, None, taps)], layer_ids, "bench", 0)
-        cache.write_manifest(root, [name], layer_ids)
-        t_store = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        back = cache.CacheSource(root).taps_many([ids], layer_ids)[0]
-        t_read = time.perf_counter() - t0
-        assert back.shape == taps.shape
-        return {
-            "stored_mib": round((root / name).stat().st_size / 2**20, 1),
-            "store_s": round(t_store, 3),
-            "read_s": round(t_read, 3),
-        }
+        data, out = Path(tmp) / "data", Path(tmp) / "features"
+        data_build.write(data_build.BuildResult(seqs, [], {}), data)
+        dtype = "bfloat16" if run.acc.mixed_precision == "bf16" else "float32"
+        with run.clock.phase("cache_write"):  # the target's forwards included
+            features(cfg, out, dtype=dtype, data_dir=data, target=run.target)
+        mib = round(sum(f.stat().st_size for f in out.glob("*.safetensors")) / 2**20, 3)
+        cached = with_(cfg, feature_source="cache", feature_dir=str(out))
+        measure(run, cached, n, steps, cache_write_s=round(run.clock.t.pop("cache_write"), 3), cache_mib=mib)
+
+
+def summary(run: Run, complete: bool) -> None:
+    """A table of the rows, then one JSON line with what torch.compile did: graphs built, recompiles (a
+    frame compiled again: torch keeps a per-frame compile count, not a total) and the guard failures that
+    caused them (each with its reason)."""
+    print(f"summary ({'complete' if complete else 'stopped at --timeout'}), seconds per step:", flush=True)
+    for r in run.rows:
+        phases = ", ".join(f"{p} {r[f'{p}_s']:.3f}" for p in PHASES)
+        print(f"  {r['length']:>6} {r['source']:<5} {r['step_tokens']:>6} tokens: {phases}; {r['tok_s']:.0f} tok/s "
+              f"({r['train_tok_s']:.0f} without features); peak {r['peak_gpu_gib']} GiB; loss {r['loss']}")  # fmt: skip
+    per_frame = getattr(torch._dynamo.convert_frame, "FRAME_COMPILE_COUNTER", {})
+    failures = [r for rs in getattr(torch._dynamo.utils, "guard_failures", {}).values() for r in rs]
+    out = {"rows": len(run.rows), "complete": complete, "attention": run.attention}
+    out["graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    out["recompiles"] = sum(max(0, n - 1) for n in per_frame.values())
+    out["guard_failures"] = len(failures)
+    out["first_recompile_reason"] = failures[0].splitlines()[0][:200] if failures else None
+    print(json.dumps({"summary": {**out, "seconds": round(time.monotonic() - START, 1)}}), flush=True)
+
+
+def watchdog(run: Run, grace: float) -> None:
+    """A step still running `grace` seconds past the deadline: print what was measured and exit."""
+
+    def fire() -> None:
+        print(f"watchdog: a step is still running {grace:.0f}s past --timeout; stopping", flush=True)
+        summary(run, complete=False)
+        os._exit(0 if run.rows else 2)
+
+    timer = threading.Timer(max(0.0, run.deadline - time.monotonic()) + grace, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def setup(a: argparse.Namespace) -> Run:
+    """The accelerator, target, drafter, AdamW and schedule as `trainer.train.train` makes them, under
+    trainer/configs/train.yaml's recipe (trackers and the run directory aside: nothing is logged here)."""
+    mp = a.mixed_precision
+    if mp == "auto":
+        mp = "bf16" if torch.cuda.is_available() else "no"
+    recipe = TrainConfig.load(ROOT / "trainer" / "configs" / "train.yaml")
+    acc = Accelerator(
+        mixed_precision=mp,
+        gradient_accumulation_steps=recipe.grad_accum,
+        step_scheduler_with_optimizer=False,
+        cpu=not torch.cuda.is_available(),
+    )
+    target = random_target(a.shape, acc.device, torch.bfloat16 if mp == "bf16" else torch.float32)
+    total = len(a.lengths) * 2 * a.steps  # two feature sources; the schedule spans the whole benchmark
+    changes = dict(target=f"random-{a.shape}", mixed_precision=mp, max_steps=total, eval_every=0)
+    cfg = with_(recipe, mask_token_id=target.vocab_size - 1, **changes)
+    set_seed(cfg.seed)
+    d = make_drafting(acc, cfg, target, total)
+    d.model.train()
+    return Run(acc, cfg, target, d, a)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
-    ap.add_argument("--lengths", default="4096,16384,32768")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--lengths", default="4096,16384,32768", help="context lengths, comma-separated")
+    ap.add_argument("--mixed-precision", choices=("auto", "bf16", "no"), default="auto")
+    ap.add_argument("--steps", type=int, default=2, help="steps per length and source (the first compiles)")
+    ap.add_argument("--timeout", type=float, default=330.0, help="seconds after which no step starts")
     a = ap.parse_args()
-    device = torch.device(a.device)
-    t0 = time.perf_counter()
-    target = random_target(a.shape, device)
-    cfg = make_draft_config(
-        target.model.config, num_hidden_layers=5, block_size=16, mask_token_id=target.vocab_size - 1
-    )
-    drafter = DFlashDraftModel(cfg).to(device)
-    opt = torch.optim.AdamW(drafter.parameters(), lr=6e-4)
-    print(
-        f"{a.shape} target on {device} built in {time.perf_counter() - t0:.1f}s; drafter taps {drafter.target_layer_ids}",
-        flush=True,
-    )
-    if device.type == "cuda":
-        print(f"gpu: {torch.cuda.get_device_name()}", flush=True)
-    for n in (int(x) for x in a.lengths.split(",")):
-        print(json.dumps(one_length(target, drafter, opt, n, device)), flush=True)
-    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    print(f"torch.compile graphs built: {graphs}; total {time.perf_counter() - t0:.0f}s", flush=True)
+    a.lengths = [int(x) for x in a.lengths.split(",")]
+    run = setup(a)
+    watchdog(run, grace=10.0)
+    gpu = torch.cuda.get_device_name() if run.acc.device.type == "cuda" else "no GPU"
+    print(f"{a.shape} target, {gpu}, {run.acc.mixed_precision}, torch {torch.__version__}: ready at "
+          f"{time.monotonic() - START:.1f}s", flush=True)  # fmt: skip
+    for n in a.lengths:
+        if run.late():
+            break
+        one_length(run, run.cfg, n)
+    summary(run, complete=len(run.rows) == 2 * len(a.lengths))
+    sys.exit(0 if run.rows else 2)
 
 
 if __name__ == "__main__":
