@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import trainer.dflash.layout as layout_mod
 import trainer.dflash.objective as objective
+import trainer.feeding as feeding
 import trainer.train as train_mod
 from standin.model import Target
 from trainer.config import TrainConfig
@@ -59,6 +60,7 @@ from trainer.data.units import Unit
 from trainer.dflash import helpers as H
 from trainer.drafting import Drafting, make_drafting
 from trainer.features import features
+from trainer.feeding import StepFeed
 from trainer.packed import plan_steps
 
 # The Qwen3-8B target at real scale, and a tiny one for a CPU smoke run (Qwen3Config fields).
@@ -146,7 +148,7 @@ class Run:
         self.clock, self.rows, self.micro = Clock(acc.device), list[dict[str, Any]](), 0
         self.deadline = START + args.timeout
         for name, module, attr in (  # the trainer's functions, timed wherever the trainer calls them
-            ("features", train_mod, "step_for"),
+            ("features", feeding, "step_for"),
             ("anchors", train_mod, "sample_anchors"),
             ("mask", objective, "_create"),  # the flex block mask (CUDA)
             ("mask", layout_mod, "document_mask"),  # the dense mask (SDPA elsewhere)
@@ -158,25 +160,15 @@ class Run:
 
 
 def train_step(run: Run, cfg: TrainConfig, steps: list[list[Unit]]) -> tuple[float, int]:
-    """One iteration of `trainer.train.loop`'s body: the one place this script calls the trainer's step
-    (a change of `micro_step`'s signature on main is fixed here). Returns the loss and the step's tokens."""
-    acc, d, clock, micro = run.acc, run.d, run.clock, run.micro
+    """One micro step of `trainer.train.loop`: its own `train_step`, its parts timed (features, anchors
+    and mask inside the loss). A fresh feed each time: every step computes its features, as the first
+    epoch of a run does. Returns the loss and the step's tokens."""
+    acc, d, micro = run.acc, run.d, run.micro
     pick = micro % len(steps)
-    with acc.accumulate(d.model):
-        with clock.phase("micro_step"):  # features, anchors and mask are timed inside it
-            out, n_tok, _ = train_mod.micro_step(
-                acc, cfg, run.target, d, steps[pick], pick, micro, run.weights, run.flex, {}
-            )
-        with clock.phase("backward"):
-            acc.backward(out.loss)
-        with clock.phase("optimizer"):
-            if acc.sync_gradients and cfg.grad_clip:
-                acc.clip_grad_norm_(d.model.parameters(), cfg.grad_clip)
-            d.opt.step()
-            d.opt.zero_grad(set_to_none=True)
-    if acc.sync_gradients:
-        with clock.phase("optimizer"):
-            d.sched.step()
+    feed = StepFeed(cfg, run.target, d.layer_ids, acc.device)
+    out, n_tok, _, _ = train_mod.train_step(
+        acc, cfg, run.target, d, steps[pick], pick, micro, run.weights, run.flex, feed, run.clock.phase
+    )
     run.micro += 1
     return float(out.loss.detach()), n_tok
 
@@ -193,7 +185,7 @@ def measure(run: Run, cfg: TrainConfig, n: int, steps: list[list[Unit]], **extra
         run.clock.t.clear()
         loss, tokens = train_step(run, cfg, steps)
         t = run.clock.t
-        t["forward"] = t.pop("micro_step") - t["features"] - t["anchors"] - t["mask"]
+        t["forward"] = t.pop("loss") - t["features"] - t["anchors"] - t["mask"]
         timed.append(({p: t[p] for p in PHASES}, loss, tokens))
     if not timed:
         return

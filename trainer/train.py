@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -170,22 +171,15 @@ def loop(
             pick = order[at % len(steps)]
             if index + 1 < d.micro_per_epoch:  # the next kept step crosses to the GPU during this one
                 feed.prefetch(order[(at + 1) % len(steps)])
-            # -- forward + backward on it
-            with acc.accumulate(d.model):
-                out, n_tok, n_sup, n_target = micro_step(
-                    acc, cfg, target, d, steps[pick], pick, micro, weights, flex, feed
-                )
-                acc.backward(out.loss)
-                if acc.sync_gradients and cfg.grad_clip:
-                    acc.clip_grad_norm_(d.model.parameters(), cfg.grad_clip)
-                d.opt.step()
-                d.opt.zero_grad(set_to_none=True)
+            # -- forward + backward on it (and the optimizer, at the end of an accumulation window)
+            out, n_tok, n_sup, n_target = train_step(
+                acc, cfg, target, d, steps[pick], pick, micro, weights, flex, feed
+            )
             micro += 1
             meter.add(out.correct, out.total, out.loss, n_tok, n_sup, n_target)
             if not acc.sync_gradients:
                 continue
-            # -- an optimizer step was taken: schedule, agree on a stop, log, checkpoint
-            d.sched.step()
+            # -- an optimizer step was taken: agree on a stop, log, checkpoint
             pos.step, pos.micro = pos.step + 1, micro
             stop.agreed()
             if pos.step % cfg.log_every == 0 or pos.step == d.total_steps:
@@ -208,6 +202,37 @@ def loop(
     finally:
         progress.close()
     return meter
+
+
+def train_step(
+    acc: Accelerator,
+    cfg: TrainConfig,
+    target: Target,
+    d: Drafting,
+    units: list[Unit],
+    pick: int,
+    micro: int,
+    weights: torch.Tensor,
+    flex: bool,
+    feed: StepFeed,
+    phase: Callable[[str], AbstractContextManager[object]] = lambda _: nullcontext(),
+) -> tuple[StepOutput, int, int, int]:
+    """One micro step of the loop: loss, backward, and — when the accumulation window closes — clip,
+    optimizer and schedule. ``phase(name)`` brackets each part (``benchmarks/gpu_trainer.py`` times them)."""
+    with acc.accumulate(d.model):
+        with phase("loss"):
+            result = micro_step(acc, cfg, target, d, units, pick, micro, weights, flex, feed)
+        with phase("backward"):
+            acc.backward(result[0].loss)
+        with phase("optimizer"):
+            if acc.sync_gradients and cfg.grad_clip:
+                acc.clip_grad_norm_(d.model.parameters(), cfg.grad_clip)
+            d.opt.step()
+            d.opt.zero_grad(set_to_none=True)
+    if acc.sync_gradients:
+        with phase("optimizer"):
+            d.sched.step()
+    return result
 
 
 def micro_step(
