@@ -18,6 +18,7 @@ import zstandard
 import records
 from proxy.parquet import table
 from proxy.record import Call
+from records.storage import fsync_dir
 
 
 class PartWriter:
@@ -54,7 +55,7 @@ class PartWriter:
                 self._file.flush()
                 os.fsync(self._file.fileno())
                 self._tmp.replace(self.final)
-                _fsync_dir(self.final.parent)
+                fsync_dir(self.final.parent)
         finally:
             if kind is not None:
                 self._tmp.unlink(missing_ok=True)
@@ -77,11 +78,3 @@ def remove_stale(calls_dir: Path) -> None:
                 stale.unlink(missing_ok=True)
         except (BlockingIOError, FileNotFoundError):
             continue  # a live roller is writing it, or it just finished
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.record import Call
+from records.storage import fsync_dir
 
 log = logging.getLogger(__name__)
 SEGMENT_SUFFIX = ".spool"
@@ -242,7 +243,7 @@ class SpoolWriter:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _fsync_dir(self._dir)
+            fsync_dir(self._dir)
         except OSError:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -262,11 +263,3 @@ class SpoolWriter:
             path.unlink(missing_ok=True)  # nothing in it: no part to roll
             return
         self._on_closed(path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

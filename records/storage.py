@@ -143,7 +143,7 @@ class Store:
                 tmp.replace(dest)
             finally:
                 tmp.unlink(missing_ok=True)
-            _fsync_dir(parent)
+            fsync_dir(parent)
         else:
             self.fs.put_file(str(local), dest)
         stored = self.size(key)
@@ -177,7 +177,8 @@ class Store:
         self.fs.rm_file(self.path(key))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or a new file in ``path`` durable: the directory's own entry is flushed too."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
