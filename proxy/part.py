@@ -18,7 +18,7 @@ import zstandard
 import records
 from proxy.parquet import table
 from proxy.record import Call
-from records.storage import fsync_dir
+from records.storage import fsync_path
 
 
 class PartWriter:
@@ -55,7 +55,7 @@ class PartWriter:
                 self._file.flush()
                 os.fsync(self._file.fileno())
                 self._tmp.replace(self.final)
-                fsync_dir(self.final.parent)
+                fsync_path(self.final.parent)
         finally:
             if kind is not None:
                 self._tmp.unlink(missing_ok=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.record import Call
-from records.storage import fsync_dir
+from records.storage import fsync_path
 
 log = logging.getLogger(__name__)
 SEGMENT_SUFFIX = ".spool"
@@ -243,7 +243,7 @@ class SpoolWriter:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            fsync_dir(self._dir)
+            fsync_path(self._dir)
         except OSError:
             os.close(fd)
             path.unlink(missing_ok=True)

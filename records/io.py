@@ -13,18 +13,10 @@ import pyarrow.parquet as pq
 
 from records.dataset import DELTA_COLUMNS, CallDeltaDecoder, expand, window_of
 from records.schema import SCHEMA, schema_version
-from records.storage import calls_store, is_url, parquet_keys
+from records.storage import calls_store, fsync_path, is_url, parquet_keys
 
 # Column names older writers used, and their current names.
 LEGACY_NAMES = {"language": "lang"}
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_part(
@@ -38,9 +30,9 @@ def write_part(
     final = directory / name
     tmp = directory / f".{name}.{os.getpid()}.tmp"
     pq.write_table(table, tmp, compression="zstd")
-    _fsync(tmp)
+    fsync_path(tmp)
     tmp.replace(final)
-    _fsync(directory)
+    fsync_path(directory)
     return final
 
 

@@ -143,7 +143,7 @@ class Store:
                 tmp.replace(dest)
             finally:
                 tmp.unlink(missing_ok=True)
-            fsync_dir(parent)
+            fsync_path(parent)
         else:
             self.fs.put_file(str(local), dest)
         stored = self.size(key)
@@ -177,8 +177,9 @@ class Store:
         self.fs.rm_file(self.path(key))
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file in ``path`` durable: the directory's own entry is flushed too."""
+def fsync_path(path: Path) -> None:
+    """Flush ``path`` to disk: a written file, or a directory after a rename or a new file in it (so the
+    entry itself survives a crash)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
