@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, model_validator
 from rich.console import Console
@@ -34,7 +33,7 @@ from factory.run.plan import PlanConfig, PlanOptions, plan
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import RunnerArgs, SessionRunner
-from factory.run.runners import RAY_EGRESS, EgressOption, get_runner, uses_sandboxes
+from factory.run.runners import RAY_EGRESS, EgressOption, RunnerName, get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
 from factory.run.services import ServiceOptions, free_port, services, upload_to_store
 from sandboxes.ledger import Ledger
@@ -64,7 +63,7 @@ class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
         default=0.05, ge=0, lt=1, description="Fraction of repositories in the test split."
     )
     image: str | None = Field(default=None, description="Agents image (default: build or find).")
-    runner: Literal["sandbox", "fake"] = Field(
+    runner: RunnerName = Field(
         default="sandbox",
         description="sandbox (each agent in a Docker sandbox), or fake (scripted sessions, no Docker).",
     )

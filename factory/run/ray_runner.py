@@ -21,7 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import ray  # the optional `cluster` extra: only this module imports it, and only `--ray` imports this
 from pydantic import Field
@@ -35,7 +35,7 @@ from factory.run import ray_node
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner, RunStats
 from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
-from factory.run.runners import RunOptions
+from factory.run.runners import RunnerName, RunOptions
 from factory.run.services import UpstreamApi
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class RayOptions(BaseSettings):
     node_dir: Path = Field(
         default=Path("/var/tmp/dflash-node"), description="Each node's local spool, parts, clones and logs."
     )
-    session_runner: Literal["sandbox", "fake"] = Field(
+    session_runner: RunnerName = Field(
         default="sandbox",
         description="What a node runs per session: a Docker sandbox, or scripted calls (tests).",
     )
@@ -261,7 +261,7 @@ def run_for_harvest(
     store_url: str | None,
     upstream: str,
     upstream_api: UpstreamApi,
-    runner: Literal["sandbox", "fake"],
+    runner: RunnerName,
     model: str,
     image: str | None,
     time_limit_s: float | None,

@@ -13,7 +13,10 @@ from factory.run.runner import RunConfig
 from factory.run.runner_types import RunnerArgs, SessionRunner
 from factory.run.sandbox_runner import SandboxSessionRunner
 
-RUNNERS: dict[str, type[SandboxSessionRunner] | type[FakeSessionRunner]] = {
+# The runner names, one owner: every option that takes a runner is typed by this, RUNNERS is keyed by it.
+RunnerName = Literal["sandbox", "fake"]
+
+RUNNERS: dict[RunnerName, type[SandboxSessionRunner] | type[FakeSessionRunner]] = {
     "sandbox": SandboxSessionRunner,  # each agent in a confined Docker sandbox
     "fake": FakeSessionRunner,  # scripted sessions without Docker (tests, dry runs)
 }
@@ -21,14 +24,14 @@ RUNNERS: dict[str, type[SandboxSessionRunner] | type[FakeSessionRunner]] = {
 
 def get_runner(name: str, args: RunnerArgs) -> SessionRunner:
     try:
-        cls = RUNNERS[name]
+        cls = RUNNERS[name]  # type: ignore[index]
     except KeyError:
         raise ValueError(f"unknown runner {name!r}; choose one of {', '.join(RUNNERS)}") from None
     return cls.from_args(args)
 
 
 def uses_sandboxes(name: str) -> bool:
-    return RUNNERS.get(name) is SandboxSessionRunner
+    return RUNNERS.get(name) is SandboxSessionRunner  # type: ignore[call-overload]
 
 
 def _run_default(name: str) -> Any:
@@ -56,9 +59,7 @@ class RunOptions(EgressOption):
         default=_run_default("concurrency"), ge=1, description="Worker threads, one session each."
     )
     limit: int | None = Field(default=None, ge=0, description="Sessions to run in this invocation.")
-    runner: Literal["sandbox", "fake"] = Field(
-        default="sandbox", description="sandbox, or fake (no Docker: scripted calls)."
-    )
+    runner: RunnerName = Field(default="sandbox", description="sandbox, or fake (no Docker: scripted calls).")
     image: str | None = Field(default=None, description="Agents image (default: build or find).")
     model: str = Field(default="target", description="Model id the agents ask for.")
     session_timeout: float | None = Field(default=None, gt=0, description="Seconds an agent may run.")

@@ -7,6 +7,7 @@ import io
 import json
 import socket
 import subprocess
+from typing import get_args
 
 import pytest
 from rich.console import Console
@@ -20,7 +21,7 @@ from factory.run.plan import PlanConfig, plan
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import RunnerArgs
-from factory.run.runners import RUNNERS, get_runner, uses_sandboxes
+from factory.run.runners import RUNNERS, RunnerName, get_runner, uses_sandboxes
 from sandboxes.labels import process_start_time
 
 from .helpers import seed
@@ -66,7 +67,7 @@ def test_on_a_terminal_the_live_table(tmp_path):
 
 
 def test_runners_by_name(monkeypatch, tmp_path):
-    assert set(RUNNERS) == {"sandbox", "fake"}
+    assert set(RUNNERS) == {"sandbox", "fake"} == set(get_args(RunnerName))
     assert uses_sandboxes("sandbox")
     assert not uses_sandboxes("fake")
     monkeypatch.setenv("DFLASH_FAKE_RUNNER_SLEEP_S", "1.5")
