@@ -39,7 +39,7 @@ from standin.engine import Engine, SamplingParams
 from trainer.data.build import read
 from trainer.dflash.engine import DFlashSpeculative
 from trainer.dflash.model import DFlashDraftModel
-from trainer.replay.divergence import NEAR_TIE, first_difference
+from trainer.lossless import NEAR_TIE, divergences
 
 
 @dataclass
@@ -100,15 +100,6 @@ def _decode(engine: Any, prompt: list[int], max_new: int) -> tuple[list[int], li
     return [t for c in chunks for t in c], settled[1:], dt
 
 
-@torch.no_grad()
-def top2_gap(target: Any, ids: list[int]) -> float:
-    """log p(top-1) − log p(top-2) of the target's next token after ``ids``, in its own numerics."""
-    dev = target.embed_tokens.weight.device
-    out = target.forward(torch.tensor([ids], device=dev), target.new_cache(), logits_to_keep=1)
-    top = torch.log_softmax(out.logits[0, -1].float(), -1).topk(2).values
-    return float(top[0] - top[1])
-
-
 def _compare(
     plain: Engine, spec: Engine, p: Prompt, max_new: int, near_tie: float = NEAR_TIE
 ) -> tuple[dict[str, Any], list[int], float, float]:
@@ -116,11 +107,9 @@ def _compare(
     forward, and the two decode times."""
     ref, _, t_plain = _decode(plain, p.ids, max_new)
     got, settled, t_spec = _decode(spec, p.ids, max_new)
-    first_diff = first_difference(ref, got)
-    kind, gap = None, None
-    if first_diff is not None:
-        gap = top2_gap(plain.target, [*p.ids, *ref[:first_diff]])
-        kind = "near_tie" if gap < near_tie else "mismatch"
+    found = divergences(plain.target, p.ids, ref, got, lambda ids, n: _decode(plain, ids, n)[0], near_tie)
+    kinds = {d.kind for d in found}
+    kind = "mismatch" if "mismatch" in kinds else ("near_tie" if kinds else None)
     row = {
         "agent": p.agent,
         "language": p.language,
@@ -130,9 +119,11 @@ def _compare(
         "tau": round(sum(settled) / len(settled), 4) if settled else None,
         "lossless": kind != "mismatch",
         "exact": got == ref,
-        "first_mismatch": first_diff,
+        "first_mismatch": found[0].position if found else None,
         "divergence": kind,
-        "top2_gap": None if gap is None else round(gap, 5),
+        "divergences": [
+            {"position": d.position, "top2_gap": round(d.top2_gap, 5), "kind": d.kind} for d in found
+        ],
     }
     return row, settled, t_plain, t_spec
 
@@ -197,7 +188,8 @@ def evaluate(
         "exact": all(r["exact"] for r in per_prompt),
         "mismatch_rate": round(sum(not r["lossless"] for r in per_prompt) / len(per_prompt), 4),
         "divergences": {
-            kind: sum(r["divergence"] == kind for r in per_prompt) for kind in ("near_tie", "mismatch")
+            kind: sum(d["kind"] == kind for r in per_prompt for d in r["divergences"])
+            for kind in ("near_tie", "mismatch")
         },
         "near_tie": near_tie,
         "dtype": str(target.embed_tokens.weight.dtype).removeprefix("torch."),

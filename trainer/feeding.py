@@ -4,7 +4,8 @@
 - with ``cache_features`` a step is kept after its first use in host memory, pinned on a GPU host (not on
   the accelerator: a run's cached features may be far larger than its memory);
 - a kept step is copied to the accelerator on a side stream while the step before it computes, so a
-  cached epoch never waits on a host-to-device copy (``prefetch`` then ``take``).
+  cached epoch never waits on a host-to-device copy (``prefetch`` then ``take``: the compute stream waits
+  on that copy's event alone, and every copied tensor is recorded on it before it can be freed).
 """
 
 from __future__ import annotations
@@ -27,23 +28,31 @@ class StepFeed:
         self.cfg, self.target, self.layer_ids, self.device = cfg, target, layer_ids, device
         self.memo = FeatureMemo()
         self.kept: dict[int, PackedStep] = {}
-        self.ahead: dict[int, PackedStep] = {}
+        self.ahead: dict[int, tuple[PackedStep, torch.cuda.Event]] = {}
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+
+    def new_epoch(self, steps: list[list[Unit]]) -> None:
+        """The steps this rank takes this epoch, in order: a split session's features are kept until
+        its last part among them."""
+        self.memo.plan(steps)
 
     def prefetch(self, pick: int) -> None:
         """Start copying a kept step to the accelerator (no-op when it is not kept or not on a GPU)."""
         if self.stream is None or pick not in self.kept or pick in self.ahead:
             return
         with torch.cuda.stream(self.stream):
-            self.ahead[pick] = to_device(self.kept[pick], self.device)
+            step = to_device(self.kept[pick], self.device)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        self.ahead[pick] = (step, done)
 
     def take(self, pick: int, units: list[Unit]) -> tuple[PackedStep, int]:
         if pick in self.ahead:
-            assert self.stream is not None
-            torch.cuda.current_stream(self.device).wait_stream(self.stream)
-            step = self.ahead.pop(pick)
-            for t in (step.taps, step.input_ids, step.loss_mask):
-                t.record_stream(torch.cuda.current_stream(self.device))  # freed after this step's use
+            step, done = self.ahead.pop(pick)
+            compute = torch.cuda.current_stream(self.device)
+            compute.wait_event(done)  # this step's copy only, not a later prefetch
+            for t in _tensors(step):
+                t.record_stream(compute)  # made on the side stream: freed only after the compute uses it
             return step, 0
         if pick in self.kept:
             return to_device(self.kept[pick], self.device), 0
@@ -53,13 +62,20 @@ class StepFeed:
         return step, step.target_tokens
 
 
+def _tensors(step: PackedStep) -> list[torch.Tensor]:
+    layout = step.layout
+    return [step.taps, step.input_ids, step.loss_mask, layout.seg, layout.pos, layout.share]
+
+
 def host_copy(step: PackedStep) -> PackedStep:
     """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy)."""
     pin = step.taps.is_cuda
 
     def host(t: torch.Tensor) -> torch.Tensor:
-        t = t.cpu()
-        return t.pin_memory() if pin else t
+        if not pin:
+            return t.cpu()
+        # straight into page-locked memory of the exact size (t.cpu().pin_memory() copies twice)
+        return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)
 
     layout = L.Layout(host(step.layout.seg), host(step.layout.pos), host(step.layout.share))
     return dataclasses.replace(

@@ -21,7 +21,7 @@ from trainer.data.units import Unit, pack, session_units
 from trainer.dflash import helpers as H
 from trainer.drafting import Drafting, step_loss
 from trainer.feeding import host_copy, to_device
-from trainer.packed import PackedStep, sample_anchors, step_for
+from trainer.packed import FeatureMemo, PackedStep, sample_anchors, step_for
 
 MAX_STEPS = 16  # held-out packed steps per evaluation: enough for a stable estimate, cheap next to training
 
@@ -33,6 +33,7 @@ class HeldOut:
         self.steps: list[list[Unit]] = pack(session_units(seqs, cfg.prefix_sharing), cfg.max_len)[:MAX_STEPS]
         self.cfg = cfg
         self._cached: dict[int, PackedStep] = {}
+        self._memo = FeatureMemo()  # a split held-out session computed once for all its parts
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -50,7 +51,7 @@ class HeldOut:
         for i, units in enumerate(self.steps):
             kept = self._cached.get(i)
             if kept is None:
-                step = step_for(cfg, target, units, d.layer_ids, acc.device)
+                step = step_for(cfg, target, units, d.layer_ids, acc.device, self._memo)
                 # reused at every evaluation, from host memory: the accelerator's is the training's
                 self._cached[i] = host_copy(step)
             else:

@@ -10,9 +10,8 @@ runs over the whole unit once, and each part's positions are gathered from those
 
 from __future__ import annotations
 
-import functools
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -42,8 +41,8 @@ class PackedStep:
         return int(self.input_ids.numel())
 
     @property
-    def supervised(self) -> int:
-        return int(self.loss_mask.sum())
+    def supervised(self) -> int:  # from the host copy: no device synchronisation
+        return int((self.cpu_mask if self.cpu_mask.numel() else self.loss_mask).sum())
 
 
 # ([1, T] ids, start) -> [1, T - start, n_taps*H]: the features of positions start.. of a whole sequence
@@ -100,23 +99,51 @@ def part_rows(part: Unit) -> torch.Tensor:
 
 @dataclass
 class FeatureMemo:
-    """The features of the last ``size`` source units (keyed by identity): the parts of a split unit,
-    taken one after another, compute their unit once."""
+    """The features of split units whose later parts are still to come (keyed by identity).
 
-    size: int = 2
-    held: OrderedDict[int, torch.Tensor] = field(default_factory=OrderedDict)
+    ``plan`` counts, for a pass over steps in order, how many parts of each split unit it takes; a unit's
+    features are computed at its first part, kept in host memory while parts remain (a whole session's
+    features can be far larger than one step's: they never wait on the accelerator), and dropped after
+    its last. Whole units are never kept. Without a plan, every split unit is kept (held-out steps: a
+    few, reused at every evaluation)."""
 
-    def get(self, unit: Unit, compute: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """(features, positions the target computed for them now: 0 when held)."""
-        key = id(unit)
-        if key in self.held:
-            self.held.move_to_end(key)
-            return self.held[key], 0
-        feats = compute()
-        self.held[key] = feats
-        while len(self.held) > self.size:
-            self.held.popitem(last=False)
-        return feats, unit.computed
+    held: dict[int, tuple[Unit, torch.Tensor]] = field(default_factory=dict)
+    left: dict[int, int] | None = None
+
+    def plan(self, steps: Iterable[list[Unit]]) -> None:
+        self.held.clear()
+        self.left = dict(Counter(id(u.source) for s in steps for u in s if u.origin is not None))
+
+    def features(
+        self, units: list[Unit], compute: Callable[[Unit], torch.Tensor]
+    ) -> tuple[list[torch.Tensor], int]:
+        """Each unit's features (a part's gathered from its source's), and the positions the target
+        computed for them now."""
+        here: dict[int, torch.Tensor] = {}  # this step's sources, whatever is dropped meanwhile
+        out, computed = [], 0
+        for u in units:
+            src, key = u.source, id(u.source)
+            if key not in here:
+                if key in self.held:
+                    here[key] = self.held[key][1]
+                else:
+                    here[key] = compute(src)
+                    computed += src.computed
+            feats = here[key]
+            if u.origin is None:
+                out.append(feats)
+                continue
+            out.append(feats[:, part_rows(u).to(feats.device)])
+            left = None if self.left is None else self.left.get(key, 1) - 1
+            if left is None or left > 0:
+                if key not in self.held:
+                    self.held[key] = (src, feats.cpu())  # the Unit kept too: its id stays its own
+                if self.left is not None:
+                    self.left[key] = left  # type: ignore[assignment]
+            else:
+                self.held.pop(key, None)
+                self.left.pop(key, None)  # type: ignore[union-attr]
+        return out, computed
 
 
 def make_step(
@@ -128,13 +155,8 @@ def make_step(
     memo: FeatureMemo | None = None,
 ) -> PackedStep:
     memo = memo or FeatureMemo()
-    feats, computed = [], 0
-    for u in units:
-        whole, n = memo.get(
-            u.source, functools.partial(unit_features, target, u.source, layer_ids, device, taps_fn)
-        )
-        feats.append(whole if u.origin is None else whole[:, part_rows(u).to(whole.device)])
-        computed += n
+    feats, computed = memo.features(units, lambda src: unit_features(target, src, layer_ids, device, taps_fn))
+    feats = [f.to(device, non_blocking=True) for f in feats]
     segs = [s for u in units for s in u.segments]
     ids = [t for s in segs for t in s.seq.input_ids[s.shared :]]
     mask = torch.tensor([m for s in segs for m in s.seq.loss_mask[s.shared :]], dtype=torch.long)
@@ -197,7 +219,7 @@ def sample_anchors(
     picked = []
     for s in torch.unique(seg).tolist():
         mine = cand[seg == s]
-        cap = per_segment if per_tokens is None else -(-per_segment * mine.numel() // per_tokens)
+        cap = per_segment if per_tokens is None else per_segment * -(-mine.numel() // per_tokens)
         if mine.numel() > cap:
             mine = mine[torch.randperm(mine.numel(), generator=generator)[:cap]]
         picked.append(mine)

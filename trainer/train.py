@@ -165,9 +165,12 @@ def loop(
         while pos.step < d.total_steps and not stop.stopping:
             # -- pick this rank's next packed step (a fresh order each epoch, the same on every rank)
             epoch, index = divmod(micro, d.micro_per_epoch)
+            first = acc.process_index * d.micro_per_epoch  # this rank's slice of the epoch's order
             if epoch != order_epoch:
                 order, order_epoch = epoch_order(steps, cfg.seed + epoch), epoch
-            at = acc.process_index * d.micro_per_epoch + index
+                mine = [order[(first + i) % len(steps)] for i in range(index, d.micro_per_epoch)]
+                feed.new_epoch([steps[i] for i in mine])
+            at = first + index
             pick = order[at % len(steps)]
             if index + 1 < d.micro_per_epoch:  # the next kept step crosses to the GPU during this one
                 feed.prefetch(order[(at + 1) % len(steps)])

@@ -30,8 +30,15 @@ def _compiled(name: str, fn: Callable[..., Any], device: torch.device) -> Callab
         return fn
     key = (name, device.type)
     if key not in _COMPILED:
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
-        _COMPILED[key] = torch.compile(fn, dynamic=True, backend=BACKEND)
+        compiled = torch.compile(fn, dynamic=True, backend=BACKEND)
+
+        def strict(*args: Any, **kwargs: Any) -> Any:
+            # for these calls only (not every compiled function of the process): the recompile limit
+            # raises instead of silently running eagerly
+            with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+                return compiled(*args, **kwargs)
+
+        _COMPILED[key] = strict
     return _COMPILED[key]
 
 

@@ -114,7 +114,7 @@ def block_mask_mod(anchors: torch.Tensor, context_len: int, block_size: int):  #
     """The same mask as :func:`block_attention_mask`, as a flex-attention ``mask_mod``."""
     q_anchor = anchors.repeat_interleave(block_size)
     # a tensor, not a Python int: compiled flex attention guards on an int's value (a graph per length)
-    ctx = torch.tensor(context_len, device=anchors.device)
+    ctx = torch.full((), context_len, dtype=torch.long, device=anchors.device)  # no blocking copy
 
     def mask_mod(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
         in_ctx = (kv_idx < ctx) & (kv_idx < q_anchor[q_idx])

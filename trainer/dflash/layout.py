@@ -149,7 +149,7 @@ def mask_mod(anchors: torch.Tensor, block_size: int, layout: Layout) -> Callable
     """The same mask as :func:`attention_mask`, as a flex-attention ``mask_mod``."""
     q_seg, q_pos = _limits(anchors, block_size, layout)
     # a tensor, not a Python int: compiled flex attention guards on an int's value (a graph per length)
-    t = torch.tensor(layout.length, device=layout.seg.device)
+    t = torch.full((), layout.length, dtype=torch.long, device=layout.seg.device)  # no blocking copy
 
     def mod(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
         j = kv_idx.clamp(max=t - 1)

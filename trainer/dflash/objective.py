@@ -45,7 +45,7 @@ def _create(mod: Any, q: int, context_len: int, device: torch.device, rows: int 
         return create_block_mask(mod, B=None, H=None, Q_LEN=q, KV_LEN=kv_len, device=device)
     parts: list[BlockMask] = []
     for start in range(0, q, rows):
-        offset = torch.tensor(start, device=device)  # a tensor: one compiled mask graph for every piece
+        offset = torch.full((), start, dtype=torch.long, device=device)  # a tensor: one mask graph
 
         def piece(b: Any, h: Any, q_idx: Any, kv_idx: Any, offset: torch.Tensor = offset) -> Any:
             return mod(b, h, q_idx + offset, kv_idx)

@@ -276,5 +276,39 @@ def test_anchors_are_budgeted_per_supervised_token() -> None:
     flat = sample_anchors(step, 8, torch.Generator().manual_seed(0))
     assert torch.bincount(seg[flat]).tolist() == [8, 8]  # a flat cap: the long call gets a short one's
     dense = sample_anchors(step, 8, torch.Generator().manual_seed(0), per_tokens=20)
-    # 8 per 20 supervised positions: ceil(8·9/20) = 4, ceil(8·119/20) = 48
-    assert torch.bincount(seg[dense]).tolist() == [4, 48]
+    # 8 for every 20 supervised positions, rounded up: 8·ceil(9/20) = 8 (all 9 candidates' worth), 8·ceil(119/20) = 48
+    assert torch.bincount(seg[dense]).tolist() == [8, 48]
+
+
+def test_an_epoch_computes_each_session_once_with_packing_too() -> None:
+    """Split sessions packed with whole calls: over one epoch in `epoch_order`, the target computes what
+    `target_tokens` promises (each source unit once), and every part's features are its call's."""
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=B).eval()
+    seqs = []
+    for k in range(3):  # sessions of 4 calls, each extending the last one's prompt: they split
+        ids = _ids(30, 100 + k)
+        for i in range(4):
+            ids = [*ids, *_ids(12, 200 + 10 * k + i)]
+            seqs.append(_seq(list(ids), len(ids) - 8, f"long{k}"))
+    seqs += [_seq(_ids(20 + i, 300 + i), 12, f"short{i}") for i in range(5)]
+    steps = pack(session_units(seqs), 70)
+    assert any(u.origin is not None for s in steps for u in s)  # sessions were split
+    memo = FeatureMemo()
+    order = epoch_order(steps, 0)
+    memo.plan([steps[i] for i in order])
+    computed = 0
+    for i in order:
+        step = make_step(target, steps[i], drafter.target_layer_ids, torch.device("cpu"), memo=memo)
+        computed += step.target_tokens
+        at = 0
+        for u in steps[i]:
+            for n, seg in enumerate(u.segments):
+                want = target.tap(torch.tensor([seg.seq.input_ids]), drafter.target_layer_ids)[
+                    :, seg.shared :
+                ]
+                got = step.taps[:, at : at + seg.computed]
+                assert torch.allclose(got, want, atol=1e-5), (i, n)
+                at += seg.computed
+    assert computed == target_tokens(steps)
+    assert not memo.held  # every split session dropped after its last part
