@@ -20,13 +20,13 @@ import shlex
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clikit import settings_command
 from trainer.config import ConfigError, TrainConfig, run_name
@@ -34,6 +34,32 @@ from trainer.config import ConfigError, TrainConfig, run_name
 CONFIGS = Path(__file__).parent / "configs"
 BACKENDS = ("local", "slurm", "k8s")
 PORT = 29500
+
+
+class SlurmOptions(BaseModel):
+    """`launch.slurm`: the batch job's resources (both `submit` and `submit-extract` read these)."""
+
+    model_config = ConfigDict(extra="forbid")
+    partition: str | None = None
+    time: str = "24:00:00"
+    account: str | None = None
+    cpus_per_task: int = 16
+    mem: str = "0"
+    extra: list[str] = Field(default_factory=list, description="More #SBATCH lines, e.g. --qos=high.")
+
+
+class K8sOptions(BaseModel):
+    """`launch.k8s`: the Job's image, namespace and resources."""
+
+    model_config = ConfigDict(extra="forbid")
+    image: str = "dflash-factory:latest"
+    namespace: str = "default"
+    gpu_resource: str = "nvidia.com/gpu"
+    cpu: str = "16"
+    memory: str = "128Gi"
+    volume_claim: str | None = None
+    mount: str = "/workspace"
+    grace_seconds: int = 300
 
 
 @dataclass
@@ -44,8 +70,20 @@ class Launch:
     gpus_per_node: int = 1
     workdir: str = "."  # where the repository lives on the nodes
     setup: str = ""  # shell run before launching (e.g. `source .venv/bin/activate`)
-    slurm: dict[str, Any] | None = None
-    k8s: dict[str, Any] | None = None
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    k8s: K8sOptions = field(default_factory=K8sOptions)
+
+    def __post_init__(self) -> None:
+        # from a config's `launch:` mapping: a misspelt key is refused by name (launch.slurm.partiton)
+        for key, model in (("slurm", SlurmOptions), ("k8s", K8sOptions)):
+            value = getattr(self, key)
+            if isinstance(value, model):
+                continue
+            try:
+                setattr(self, key, model.model_validate(value or {}))
+            except ValidationError as exc:
+                bad = [f"launch.{key}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+                raise typer.BadParameter("; ".join(bad)) from None
 
     @property
     def processes(self) -> int:
@@ -104,33 +142,25 @@ PREEMPTION = [
 
 
 def sbatch_script(launch: Launch, name: str, config: str, overrides: list[str], run_dir: Path) -> str:
-    s: dict[str, Any] = {
-        "partition": None,
-        "time": "24:00:00",
-        "account": None,
-        "cpus_per_task": 16,
-        "mem": "0",
-        "extra": [],
-    }
-    s.update(launch.slurm or {})
+    s = launch.slurm
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name=dflash-{name}",
         f"#SBATCH --nodes={launch.nodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={launch.gpus_per_node}",
-        f"#SBATCH --cpus-per-task={s['cpus_per_task']}",
-        f"#SBATCH --mem={s['mem']}",
-        f"#SBATCH --time={s['time']}",
+        f"#SBATCH --cpus-per-task={s.cpus_per_task}",
+        f"#SBATCH --mem={s.mem}",
+        f"#SBATCH --time={s.time}",
         f"#SBATCH --output={run_dir}/slurm-%j.out",
         "#SBATCH --signal=B:TERM@120",
         "#SBATCH --requeue",
     ]
-    if s["partition"]:
-        lines.append(f"#SBATCH --partition={s['partition']}")
-    if s["account"]:
-        lines.append(f"#SBATCH --account={s['account']}")
-    lines += [f"#SBATCH {x}" for x in s["extra"]]
+    if s.partition:
+        lines.append(f"#SBATCH --partition={s.partition}")
+    if s.account:
+        lines.append(f"#SBATCH --account={s.account}")
+    lines += [f"#SBATCH {x}" for x in s.extra]
     cmd = accelerate_command(launch, config, overrides, rank="$SLURM_NODEID", master="$MASTER_ADDR")
     lines += [
         "set -euo pipefail",
@@ -146,17 +176,7 @@ def sbatch_script(launch: Launch, name: str, config: str, overrides: list[str], 
 
 
 def k8s_manifest(launch: Launch, name: str, config: str, overrides: list[str]) -> str:
-    k = {
-        "image": "dflash-factory:latest",
-        "namespace": "default",
-        "gpu_resource": "nvidia.com/gpu",
-        "cpu": "16",
-        "memory": "128Gi",
-        "volume_claim": None,
-        "mount": "/workspace",
-        "grace_seconds": 300,
-    }
-    k.update(launch.k8s or {})
+    k = launch.k8s
     job = f"dflash-{name}".lower().replace("_", "-")[:52]
     multi = launch.nodes > 1
     master = f"{job}-0.{job}" if multi else "127.0.0.1"
@@ -168,21 +188,21 @@ def k8s_manifest(launch: Launch, name: str, config: str, overrides: list[str]) -
     )
     container: dict[str, Any] = {
         "name": "train",
-        "image": k["image"],
+        "image": k.image,
         "command": ["bash", "-lc", script],
         "resources": {
-            "limits": {k["gpu_resource"]: launch.gpus_per_node, "cpu": k["cpu"], "memory": k["memory"]},
+            "limits": {k.gpu_resource: launch.gpus_per_node, "cpu": k.cpu, "memory": k.memory},
         },
         "ports": [{"containerPort": PORT}],
     }
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": k["grace_seconds"],
+        "terminationGracePeriodSeconds": k.grace_seconds,
         "containers": [container],
     }
-    if k["volume_claim"]:
-        pod["volumes"] = [{"name": "work", "persistentVolumeClaim": {"claimName": k["volume_claim"]}}]
-        container["volumeMounts"] = [{"name": "work", "mountPath": k["mount"]}]
+    if k.volume_claim:
+        pod["volumes"] = [{"name": "work", "persistentVolumeClaim": {"claimName": k.volume_claim}}]
+        container["volumeMounts"] = [{"name": "work", "mountPath": k.mount}]
     spec: dict[str, Any] = {
         "backoffLimit": 3,
         "completions": launch.nodes,
@@ -197,7 +217,7 @@ def k8s_manifest(launch: Launch, name: str, config: str, overrides: list[str]) -
             {
                 "apiVersion": "v1",
                 "kind": "Service",
-                "metadata": {"name": job, "namespace": k["namespace"]},
+                "metadata": {"name": job, "namespace": k.namespace},
                 "spec": {"clusterIP": "None", "selector": {"job": job}, "ports": [{"port": PORT}]},
             }
         )
@@ -205,7 +225,7 @@ def k8s_manifest(launch: Launch, name: str, config: str, overrides: list[str]) -
         {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": job, "namespace": k["namespace"], "labels": {"app": "dflash-factory"}},
+            "metadata": {"name": job, "namespace": k.namespace, "labels": {"app": "dflash-factory"}},
             "spec": spec,
         }
     )

@@ -19,7 +19,6 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import typer
 import yaml
@@ -99,12 +98,11 @@ def _wait(url: str) -> str:
 def sbatch_script(
     cfg: TrainConfig, launch: Launch, ext: ExtractLaunch, config: str, overrides: list[str]
 ) -> str:
-    s: dict[str, Any] = {"partition": None, "time": "24:00:00", "account": None, "cpus_per_task": 16}
-    s.update(launch.slurm or {})
+    s = launch.slurm
     name = run_name(cfg)
     run_dir = Path(cfg.runs_dir) / name
-    common = [f"#SBATCH --time={s['time']}"] + [
-        f"#SBATCH --{k}={s[k]}" for k in ("partition", "account") if s[k]
+    common = [f"#SBATCH --time={s.time}"] + [
+        f"#SBATCH --{k}={getattr(s, k)}" for k in ("partition", "account") if getattr(s, k)
     ]
     train = accelerate_command(
         launch,
@@ -119,11 +117,11 @@ def sbatch_script(
         f"#SBATCH --output={run_dir}/slurm-%j.out",
         *common,
         "#SBATCH --nodes=1 --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={ext.gpus} --cpus-per-task={s['cpus_per_task']}",
+        f"#SBATCH --gpus-per-node={ext.gpus} --cpus-per-task={s.cpus_per_task}",
         "#SBATCH hetjob",
         *common,
         f"#SBATCH --nodes={launch.nodes} --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={launch.gpus_per_node} --cpus-per-task={s['cpus_per_task']}",
+        f"#SBATCH --gpus-per-node={launch.gpus_per_node} --cpus-per-task={s.cpus_per_task}",
         "set -euo pipefail",
         f"cd {shlex.quote(launch.workdir)}",
         f"mkdir -p {shlex.quote(ext.storage)}",
@@ -147,12 +145,7 @@ def k8s_manifest(
 ) -> str:
     if launch.nodes > 1:
         raise typer.BadParameter("submit-extract on Kubernetes runs one trainer node: set launch.nodes=1")
-    k: dict[str, Any] = {
-        "image": "dflash-factory:latest",
-        "namespace": "default",
-        "gpu_resource": "nvidia.com/gpu",
-    }
-    k.update(launch.k8s or {})
+    k = launch.k8s
     job = f"dflash-{run_name(cfg)}".lower().replace("_", "-")[:52]
     train = accelerate_command(launch, config, [*overrides, *source_overrides(cfg, ext, "127.0.0.1")])
     script = " && ".join(
@@ -165,7 +158,7 @@ def k8s_manifest(
         )
         if x
     )
-    claim = k.get("volume_claim")
+    claim = k.volume_claim
     volume = {
         "name": "hidden-states",
         **({"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}),
@@ -179,22 +172,22 @@ def k8s_manifest(
             "-lc",
             " && ".join(x for x in (ext.setup, "exec " + _sh(vllm_command(cfg, ext))) if x),
         ],
-        "resources": {"limits": {k["gpu_resource"]: ext.gpus}},
+        "resources": {"limits": {k.gpu_resource: ext.gpus}},
         "volumeMounts": mount,
         "readinessProbe": {"httpGet": {"path": "/health", "port": ext.port}, "periodSeconds": 10},
     }
     trainer = {
         "name": "train",
-        "image": k["image"],
+        "image": k.image,
         "command": ["bash", "-lc", script],
-        "resources": {"limits": {k["gpu_resource"]: launch.gpus_per_node}},
+        "resources": {"limits": {k.gpu_resource: launch.gpus_per_node}},
         "volumeMounts": mount,
     }
     pod = {"restartPolicy": "Never", "containers": [vllm, trainer], "volumes": [volume]}
     manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job, "namespace": k["namespace"], "labels": {"app": "dflash-factory"}},
+        "metadata": {"name": job, "namespace": k.namespace, "labels": {"app": "dflash-factory"}},
         # the vllm container never exits on its own: the Job ends when training does (podReplacementPolicy aside)
         "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": {"job": job}}, "spec": pod}},
     }

@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
+import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -108,3 +109,15 @@ def test_cli_dry_run(tmp_path: Path) -> None:
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(Exception, match="backend"):
         submit(CONFIG, "lsf", dry_run=True, echo=lambda _: None)
+
+
+def test_a_misspelt_slurm_or_k8s_key_is_refused_by_name() -> None:
+    from trainer.submit import K8sOptions, Launch, SlurmOptions
+
+    with pytest.raises(typer.BadParameter, match=r"launch\.slurm\.partiton"):
+        Launch(slurm={"partiton": "gpu"})  # type: ignore[arg-type]
+    with pytest.raises(typer.BadParameter, match=r"launch\.k8s\.grace_seconds"):
+        Launch(k8s={"grace_seconds": "soon"})  # type: ignore[arg-type]
+    launch = Launch(slurm={"partition": "gpu"}, k8s=None)  # type: ignore[arg-type]
+    assert launch.slurm == SlurmOptions(partition="gpu")  # the rest are the documented defaults
+    assert launch.k8s == K8sOptions()
