@@ -7,6 +7,7 @@ import inspect
 import json
 import types
 import typing
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -16,7 +17,10 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
 M = TypeVar("M", bound=BaseModel)
-_SOURCES: dict[int, dict[str, str]] = {}
+# Where each field of a command's settings came from, per settings object (not hashable: keyed by id).
+# Each entry holds a weak reference to its object and leaves with it, so an id reused by a later object
+# never answers for it.
+_SOURCES: dict[int, tuple[weakref.ref[BaseModel], dict[str, str]]] = {}
 _CTX = "clikit_context"  # typer injects the click context into a parameter of this type
 
 
@@ -104,7 +108,8 @@ def _from_env_list(value: list[Any] | tuple[Any, ...]) -> list[Any]:
 
 def source_of(settings: BaseModel, name: str) -> str:
     """Where a field's value came from: 'command line', 'environment' or 'default'."""
-    return _SOURCES.get(id(settings), {}).get(name, "default")
+    ref, sources = _SOURCES.get(id(settings), (None, {}))
+    return sources.get(name, "default") if ref is not None and ref() is settings else "default"
 
 
 def _report(exc: ValidationError, model: type[BaseModel], sources: dict[str, str]) -> None:
@@ -150,7 +155,8 @@ def settings_command(
             except ValidationError as exc:
                 _report(exc, model, sources)
                 raise SettingsError() from None
-            _SOURCES[id(settings)] = sources
+            key = id(settings)
+            _SOURCES[key] = (weakref.ref(settings, lambda _: _SOURCES.pop(key, None)), sources)
             return fn(settings, **kwargs)
 
         ctx_param = inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)

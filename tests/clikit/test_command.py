@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Literal
 
@@ -85,3 +86,16 @@ def test_help_shows_descriptions_defaults_and_env() -> None:
     assert "Upstream API. One of: native, chat." in out
     assert "(default: 8100)" in out
     assert "CLIKIT_DEMO_PORT" in out
+
+
+def test_sources_belong_to_their_settings_object_alone() -> None:
+    code, out = _run(["--upstream", "http://x", "--keys", "a"])
+    assert code == 0, out
+    settings = seen[0][0]
+    assert source_of(settings, "keys") == "command line"
+    twin = settings.model_copy()  # equal, but not the object the command built
+    assert source_of(twin, "keys") == "default"
+    seen.clear()
+    del settings
+    gc.collect()
+    assert source_of(Demo(upstream="http://y"), "keys") == "default"  # a later object, maybe the same id
