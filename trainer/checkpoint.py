@@ -79,6 +79,7 @@ class StopSignal:
         self.signum = 0  # what this process received
         self.stopping = 0  # what the ranks agreed on
         self._previous: Any = None
+        self._pending: tuple[torch.Tensor, Any] | None = None  # the last reduction started (agreed)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.signum = signum
@@ -91,9 +92,29 @@ class StopSignal:
         signal.signal(signal.SIGTERM, self._previous)
 
     def agreed(self) -> int:
-        """The signal any rank received so far (0: none), now the value of ``stopping`` on every rank."""
-        self.stopping = self.signum
-        if self.acc.num_processes > 1:
-            flag = torch.tensor([self.signum], device=self.acc.device)
-            self.stopping = int(self.acc.reduce(flag, "max").item())
+        """The signal any rank had received by the previous optimizer step (0: none), now the value of
+        ``stopping`` on every rank.
+
+        With several ranks each call starts a max-reduce of this rank's signal, copied to the host
+        without blocking, and reads the one started at the call before: every rank reads the same
+        reduction, so they stop at the same step (one step after the signal), and the host never waits
+        for the step it just queued (reading this step's result would synchronise with all of it)."""
+        if self.acc.num_processes == 1:
+            self.stopping = self.signum
+            return self.stopping
+        dev = self.acc.device
+        reduced = self.acc.reduce(torch.full((1,), self.signum, device=dev), "max")  # a fill: no copy
+        done = None
+        if dev.type == "cuda":
+            host = torch.empty(1, dtype=reduced.dtype, pin_memory=True).copy_(reduced, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        else:
+            host = reduced
+        previous, self._pending = self._pending, (host, done)
+        if previous is not None:
+            value, event = previous
+            if event is not None:
+                event.synchronize()  # the previous step's reduction: long done, unlike this step's
+            self.stopping = int(value.item())
         return self.stopping

@@ -245,3 +245,23 @@ def test_held_out_evaluation_every_n_steps_and_tensorboard(tmp_path: Path, calls
 
     tags = EventAccumulator(str(events[0].parent)).Reload().Tags()["scalars"]
     assert {"train/loss", "heldout/loss", "heldout/acc@1"} <= set(tags)
+
+
+def test_ranks_agree_on_a_signal_one_step_later_without_waiting_for_this_step() -> None:
+    """With several ranks, `agreed()` reads the reduction started at the previous optimizer step: every
+    rank reads the same value at the same step. (A stand-in Accelerator: two ranks' max is this one's.)"""
+    from trainer.checkpoint import StopSignal
+
+    class TwoRanks:
+        num_processes = 2
+        device = torch.device("cpu")
+
+        def reduce(self, t: torch.Tensor, how: str) -> torch.Tensor:
+            assert how == "max"
+            return t.clone()
+
+    stop = StopSignal(TwoRanks())  # type: ignore[arg-type]
+    assert stop.agreed() == 0
+    stop.signum = signal.SIGTERM  # received during the next step
+    assert stop.agreed() == 0  # this step's reduction is started, the previous one (0) is read
+    assert stop.agreed() == signal.SIGTERM  # one step later every rank sees it
