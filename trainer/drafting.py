@@ -20,6 +20,7 @@ from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import StepOutput, dflash_loss
+from trainer.packed import valid_rows
 from trainer.progress import Meter
 
 
@@ -56,13 +57,16 @@ def step_loss(
     flex: bool,
 ) -> StepOutput:
     """The DFlash loss of one packed step (`trainer.packed`) with the target's frozen embedding and head:
-    the one call the training loop and the held-out evaluation share."""
+    the one call the training loop and the held-out evaluation share. ``anchors`` on the host (as
+    ``packed.sample_anchors`` draws them): the label slots are found there, not on the device."""
+    rows = valid_rows(step, anchors, block_size)
     return dflash_loss(
         d.model,
         taps=step.taps,
         input_ids=step.input_ids,
         loss_mask=step.loss_mask,
-        anchors=anchors,
+        anchors=anchors.to(step.input_ids.device, non_blocking=True),
+        rows=rows,
         embed_weight=frozen_weight(target.embed_tokens),
         lm_head_weight=frozen_weight(target.lm_head),
         block_size=block_size,

@@ -226,7 +226,7 @@ def sample_anchors(
     out = torch.cat(picked) if picked else cand
     if per_step is not None and out.numel() > per_step:
         out = out[torch.randperm(out.numel(), generator=generator)[:per_step]]
-    return torch.sort(out).values.to(step.input_ids.device, non_blocking=True)
+    return torch.sort(out).values  # on the host: step_loss moves them (and derives valid_rows) there
 
 
 def _to(layout: L.Layout, device: torch.device) -> L.Layout:
@@ -279,3 +279,12 @@ def epoch_order(steps: list[list[Unit]], seed: int) -> list[int]:
     keys = list(groups)
     perm = torch.randperm(len(keys), generator=torch.Generator().manual_seed(seed)).tolist()
     return [i for k in perm for i in groups[keys[k]]]
+
+
+def valid_rows(step: PackedStep, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Flat indices (into anchors × block) of the slots that are labels, from the step's host copies:
+    the objective then selects them on the device without waiting for it."""
+    layout = step.cpu_layout or _to(step.layout, torch.device("cpu"))
+    mask = step.cpu_mask if step.cpu_mask.numel() else step.loss_mask.cpu()
+    _, valid = L.block_labels(mask, mask, anchors.cpu(), block_size, layout)  # validity needs no ids
+    return valid.flatten().nonzero().squeeze(1)

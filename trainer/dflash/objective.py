@@ -102,6 +102,7 @@ def dflash_loss(
     flex: bool = False,
     chunk: int = 4096,
     layout: L.Layout | None = None,
+    rows: torch.Tensor | None = None,  # [N] flat indices (into A·B) of the valid slots, when known
 ) -> StepOutput:
     """Weighted block cross-entropy of ``drafter`` on one sequence, or on a packed step when ``layout``
     says which segment each position belongs to (the drafter may be DDP/FSDP-wrapped). The loss is
@@ -128,9 +129,12 @@ def dflash_loss(
         )
         labels, valid = L.block_labels(input_ids, loss_mask, anchors, b, layout)
     hidden = drafter(noise, taps, pos, mask)  # [1, A*B, H]
-    h = hidden.reshape(a, b, -1)[valid]
-    y = labels[valid]
-    w = weights.to(dev)[None, :].expand(a, b)[valid]
+    if rows is None:  # a boolean index is a nonzero: it waits for the device (the training loop
+        rows = valid.flatten().nonzero().squeeze(1)  # passes rows computed on the host instead)
+    rows = rows.to(dev, non_blocking=True)
+    h = hidden.reshape(a * b, -1).index_select(0, rows)
+    y = labels.flatten().index_select(0, rows)
+    w = weights.to(dev)[None, :].expand(a, b).flatten().index_select(0, rows)
     ces, preds = [], []
     for s in range(0, h.shape[0], chunk):
         hs, ys = h[s : s + chunk], y[s : s + chunk]
@@ -145,7 +149,7 @@ def dflash_loss(
     loss = (ce * w).sum() / weight.clamp_min(1e-9)
     pred_full = torch.full_like(labels, -1)
     if preds:
-        pred_full[valid] = torch.cat(preds)
+        pred_full.view(-1).index_copy_(0, rows, torch.cat(preds))
     correct, total = H.per_position_accuracy(pred_full, labels, valid)
     return StepOutput(
         loss=loss,
