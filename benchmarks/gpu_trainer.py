@@ -2,7 +2,7 @@
 
 train.yaml's recipe; the Accelerator, drafter, AdamW and schedule as `trainer.train.train` makes them;
 steps planned by `plan_steps` over synthetic sessions whose calls share prefixes; each step the loop's
-`micro_step` + backward + clip + optimizer, with features from the target in-process (``hf``) and from
+`train_step` (loss, backward, clip, optimizer), with features from the target in-process (``hf``) and from
 the files `python -m trainer features` writes (``cache``). Per length and source one JSON line: seconds
 per phase of the fastest step (the trainer's functions wrapped with timers, CUDA synchronized at each
 boundary), tokens/s, peak GPU memory, attention backend, loss; then a summary with the torch.compile

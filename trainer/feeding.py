@@ -17,7 +17,6 @@ import torch
 from standin.model import Target
 from trainer.config import TrainConfig
 from trainer.data.units import Unit
-from trainer.dflash import layout as L
 from trainer.packed import FeatureMemo, PackedStep, step_for
 
 
@@ -77,10 +76,9 @@ def host_copy(step: PackedStep) -> PackedStep:
         # straight into page-locked memory of the exact size (t.cpu().pin_memory() copies twice)
         return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)
 
-    layout = L.Layout(host(step.layout.seg), host(step.layout.pos), host(step.layout.share))
     return dataclasses.replace(
         step, taps=host(step.taps), input_ids=host(step.input_ids), loss_mask=host(step.loss_mask),
-        layout=layout,
+        layout=step.layout.map(host),
     )  # fmt: skip
 
 
@@ -92,8 +90,7 @@ def to_device(step: PackedStep, device: torch.device) -> PackedStep:
     def dev(t: torch.Tensor) -> torch.Tensor:
         return t.to(device, non_blocking=True)
 
-    layout = L.Layout(dev(step.layout.seg), dev(step.layout.pos), dev(step.layout.share))
     return dataclasses.replace(
         step, taps=dev(step.taps), input_ids=dev(step.input_ids), loss_mask=dev(step.loss_mask),
-        layout=layout,
+        layout=step.layout.map(dev),
     )  # fmt: skip

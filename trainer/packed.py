@@ -166,7 +166,7 @@ def make_step(
         torch.cat(feats, dim=1),
         torch.tensor(ids, dtype=torch.long, device=device),
         mask.to(device),
-        _to(layout, device),
+        layout.map(lambda t: t.to(device)),
         target_tokens=computed,
         cpu_mask=mask,
         cpu_layout=layout,
@@ -212,7 +212,7 @@ def sample_anchors(
     A segment gets ``per_segment`` anchors for every ``per_tokens`` supervised positions it holds (rounded
     up): a session merged into one sequence of 30 calls gets the anchors of 30 calls, not of one. Without
     ``per_tokens``, ``per_segment`` is a flat cap per segment."""
-    layout = step.cpu_layout or _to(step.layout, torch.device("cpu"))
+    layout = step.cpu_layout or step.layout.map(torch.Tensor.cpu)
     mask = step.cpu_mask if step.cpu_mask.numel() else step.loss_mask.cpu()
     cand = torch.nonzero(L.candidates(mask, layout), as_tuple=False).flatten()
     seg = layout.seg[cand]
@@ -227,10 +227,6 @@ def sample_anchors(
     if per_step is not None and out.numel() > per_step:
         out = out[torch.randperm(out.numel(), generator=generator)[:per_step]]
     return torch.sort(out).values  # on the host: step_loss moves them (and derives valid_rows) there
-
-
-def _to(layout: L.Layout, device: torch.device) -> L.Layout:
-    return L.Layout(layout.seg.to(device), layout.pos.to(device), layout.share.to(device))
 
 
 def plan_steps(cfg: TrainConfig, seqs: list[Sequence]) -> list[list[Unit]]:
@@ -284,7 +280,7 @@ def epoch_order(steps: list[list[Unit]], seed: int) -> list[int]:
 def valid_rows(step: PackedStep, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
     """Flat indices (into anchors × block) of the slots that are labels, from the step's host copies:
     the objective then selects them on the device without waiting for it."""
-    layout = step.cpu_layout or _to(step.layout, torch.device("cpu"))
+    layout = step.cpu_layout or step.layout.map(torch.Tensor.cpu)
     mask = step.cpu_mask if step.cpu_mask.numel() else step.loss_mask.cpu()
     _, valid = L.block_labels(mask, mask, anchors.cpu(), block_size, layout)  # validity needs no ids
     return valid.flatten().nonzero().squeeze(1)

