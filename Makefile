@@ -95,6 +95,14 @@ target-standin: install
 harvest: install vllm docker
 	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(HARVEST_ARGS)
 
+# More supervised tokens from the same sessions: every recorded (training-side) agent prompt re-sampled by
+# the serving engine (vLLM CPU started here, or TARGET_URL's with REGEN_ARGS="--url ..."), rows written to
+# $(DATA_DIR)/regenerated/ beside the recorded ones; resumable; `make train` then trains on both.
+REGEN_ARGS ?=
+.PHONY: regenerate
+regenerate: install vllm
+	$(BIN)/python -m trainer regenerate --data $(DATA_DIR) --target $(TARGET_MODEL) $(REGEN_ARGS)
+
 # A DFlash drafter for the CPU target ($(TARGET_MODEL)) on the calls `make harvest` recorded in $(DATA_DIR)
 # (the bundled sample of call records while there are none): train, evaluate (tau by real speculative
 # decoding + the lossless check), export, and the parity gate against vLLM (docs/serving.md): an export that

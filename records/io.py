@@ -36,6 +36,18 @@ def write_part(
     return final
 
 
+# Beside the call records: rows `python -m trainer regenerate` wrote (records.schema `regenerated_from`).
+REGENERATED_DIR = "regenerated"
+
+
+def regenerated_dir(path: str | Path) -> Path | None:
+    """`path/regenerated/` when it holds re-sampled rows (a local data folder only), else None."""
+    if is_url(path):
+        return None
+    p = Path(path) / REGENERATED_DIR
+    return p if p.is_dir() and any(p.glob("*.parquet")) else None
+
+
 def calls_dir(path: str | Path) -> Path:
     """Where the call records under `path` are: an exported dataset's `calls` config
     (`[dataset/]data/calls/`), the proxy's `calls/`, or `path` itself (a file or a directory)."""
@@ -47,7 +59,8 @@ def calls_dir(path: str | Path) -> Path:
 
 
 def parquet_files(path: str | Path, *, required: bool = True) -> list[Path]:
-    """Every Parquet file of the call records under `path` (see `calls_dir`); hidden and `_` names skipped."""
+    """Every Parquet file of the call records under `path` (see `calls_dir`); hidden and `_` names skipped,
+    and so is `path/regenerated/` (re-sampled rows are read apart: `regenerated_dir`)."""
     p = calls_dir(path)
     if p.is_file():
         return [p]
@@ -56,6 +69,7 @@ def parquet_files(path: str | Path, *, required: bool = True) -> list[Path]:
             f
             for f in p.rglob("*.parquet")
             if not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+            and f.relative_to(p).parts[0] != REGENERATED_DIR  # read apart, by records.io.regenerated_dir
         )
         if p.is_dir()
         else []
@@ -68,8 +82,8 @@ def parquet_files(path: str | Path, *, required: bool = True) -> list[Path]:
 def conform(table: pa.Table | pa.RecordBatch, version: int | None = None) -> pa.Table:
     """Bring a table of any schema version to the current column names (older names renamed).
 
-    Version 1 and 2 call records have the same columns, version 3 one more (`max_tokens_capped`, absent
-    from older parts: readers take only the columns a file has); datasets and samples written by older
+    Version 1 and 2 call records have the same columns, version 3 adds `max_tokens_capped` and 4
+    `regenerated_from` (absent from older parts: readers take only the columns a file has); datasets and samples written by older
     code used `language` for `lang`."""
     t = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
     del version  # every version so far differs only by the renames below

@@ -8,6 +8,7 @@ Versions (stored in each Parquet file's metadata under `dflash.schema_version`):
 - 1: parts written before this package existed (no version in the metadata); the same columns as 2.
 - 2: the columns below but `max_tokens_capped`.
 - 3: `max_tokens_capped` added (null in older parts).
+- 4: `regenerated_from` added (null in older parts and in every row the proxy records).
 A reader brings every version to the current one with `records.io.conform`.
 """
 
@@ -20,7 +21,7 @@ from typing import Annotated, Any, get_type_hints
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 VERSION_KEY = b"dflash.schema_version"
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -70,6 +71,9 @@ class CallRecord:
     max_tokens_capped: Count = None  # the completion limit the proxy sent when it lowered the client's
     upstream: Str = None
     proxy_id: Str = None
+    # Set only on rows `python -m trainer regenerate` wrote (DATA/regenerated/): the recorded call whose
+    # prompt was re-sampled. The prompt, session and agent are that call's; the completion is the engine's.
+    regenerated_from: Str = None
 
     def as_row(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

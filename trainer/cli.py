@@ -15,6 +15,7 @@ from trainer.evaluate import eval_command
 from trainer.export import export_command
 from trainer.features import features_command, write_features_command
 from trainer.parity import parity_command
+from trainer.regenerate import regenerate_command
 from trainer.replay import replay_command
 from trainer.speculators.cli import export_speculators_command, import_speculators_command
 from trainer.submit import submit_command
@@ -88,4 +89,5 @@ app.command("import-speculators")(import_speculators_command)
 app.command("submit-extract")(submit_extract_command)
 app.command("features")(features_command)
 app.command("parity")(parity_command)
+app.command("regenerate")(regenerate_command)
 app.command("write-features")(write_features_command)  # `features` for an existing run's data

@@ -1,5 +1,9 @@
 """Training sequences from call records: session merge, held-out split by repository, cuts at span ends.
 
+- Regenerated rows (``DATA/regenerated/``, trainer/regenerate.py) are re-sampled completions of recorded
+  prompts: each becomes a sequence of its own (its source call's prompt, the new completion supervised) on
+  its source call's side of the split; a re-sample of a held-out call is never trained on (counted).
+
 - Session merge: an agent resends its whole history with every call. When a later call's prompt begins,
   token for token, with an earlier call's prompt + completion, the two become one sequence with two
   supervised spans, so the target runs once over the session instead of once per call.
@@ -14,18 +18,22 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from records.io import regenerated_dir
 from standin.model import Target
 from trainer.data.records import CallExample, Report, load_examples, read_rows
+from trainer.data.regenerated import attach_regenerated, regenerated_report
+from trainer.data.sequence import Sequence
 
 SCHEMA = pa.schema(
     [
@@ -42,25 +50,6 @@ SCHEMA = pa.schema(
         ("split", pa.string()),
     ]
 )
-
-
-@dataclass
-class Sequence:
-    input_ids: list[int]
-    loss_mask: list[int]
-    span_starts: list[int]
-    span_ends: list[int]
-    session_id: str | None
-    group: str
-    repo: str | None = None
-    agent: str = "other"
-    language: str = "en"
-    call_ids: list[str] = field(default_factory=list)
-    split: str = "train"
-
-    @property
-    def supervised(self) -> int:
-        return sum(self.loss_mask)
 
 
 def group_key(ex: CallExample) -> str:
@@ -216,9 +205,15 @@ def build(
     model: str | None = None,
     min_anchors: int = 1,
     max_context: int | None = None,
+    regenerated: bool = True,
 ) -> BuildResult:
-    """``max_context``: cut sequences longer than this (the target's positions; default ``max_len``)."""
-    examples, rec_report = load_examples(target, read_rows(source), model=model)
+    """``max_context``: cut sequences longer than this (the target's positions; default ``max_len``).
+    ``regenerated``: also train on ``source/regenerated/`` when it holds rows."""
+    rows = read_rows(source)
+    extra = regenerated_dir(source) if regenerated else None
+    if extra is not None:
+        rows = itertools.chain(rows, read_rows(extra))
+    examples, rec_report = load_examples(target, rows, model=model)
     return build_from_examples(
         examples,
         rec_report,
@@ -226,6 +221,23 @@ def build(
         eval_fraction=eval_fraction,
         min_anchors=min_anchors,
     )
+
+
+def _hints(examples: list[CallExample]) -> dict[str, str]:
+    """The dataset's own split, per session: an export with too few repositories holds out whole sessions,
+    so one repository can have sessions on both sides (keyed by repository, one side would be lost)."""
+    return {
+        f"session:{e.session_id}" if e.session_id else group_key(e): e.split_hint
+        for e in examples
+        if e.split_hint
+    }
+
+
+def heldout_call_ids(examples: list[CallExample], eval_fraction: float) -> set[str]:
+    """The recorded calls `build_from_examples` holds out at ``eval_fraction`` (same merge, same split)."""
+    merged = merge_sessions(examples)
+    split_groups(merged, eval_fraction, _hints(examples))
+    return {cid for s in merged if s.split == "eval" for cid in s.call_ids}
 
 
 def build_from_examples(
@@ -236,19 +248,15 @@ def build_from_examples(
     eval_fraction: float,
     min_anchors: int = 1,
 ) -> BuildResult:
+    resampled = [e for e in examples if e.regenerated_from]
+    examples = [e for e in examples if not e.regenerated_from]
     calls_tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in examples)
     merged = merge_sessions(examples)
     merged_tokens = sum(len(s.input_ids) for s in merged)
-    # The dataset's own split, per session: an export with too few repositories holds out whole sessions,
-    # so one repository can have sessions on both sides (keyed by repository, one side would be lost).
-    hints = {
-        f"session:{e.session_id}" if e.session_id else group_key(e): e.split_hint
-        for e in examples
-        if e.split_hint
-    }
-    how = split_groups(merged, eval_fraction, hints)
+    how = split_groups(merged, eval_fraction, _hints(examples))
     dropped: Counter[str] = Counter()
-    pieces = [p for s in merged for p in cut(s, max_len, dropped)]
+    extra = attach_regenerated(resampled, merged, dropped)
+    pieces = [p for s in merged + extra for p in cut(s, max_len, dropped)]
     kept = []
     for p in pieces:
         pairs = sum(1 for i in range(len(p.loss_mask) - 1) if p.loss_mask[i] and p.loss_mask[i + 1])
@@ -284,6 +292,8 @@ def build_from_examples(
         },
     }
     report["split"].update(how)
+    if resampled:
+        report["regenerated"] = regenerated_report(resampled, extra, train)
     return BuildResult(train, held, report)
 
 

@@ -53,6 +53,7 @@ class CallExample:
     repo: str | None = None
     language: str = "en"
     split_hint: str | None = None  # the dataset's own split, when the records come from an export
+    regenerated_from: str | None = None  # a re-sample of this recorded call (trainer/regenerate.py)
 
 
 @dataclass
@@ -296,6 +297,7 @@ def to_example(target: Target, row: Mapping[str, Any]) -> CallExample:
         repo=row.get("repo"),
         language=detect_language(row),
         split_hint=row.get("split_hint"),
+        regenerated_from=row.get("regenerated_from"),
     )
 
 

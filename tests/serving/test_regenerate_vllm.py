@@ -1,0 +1,77 @@
+"""`trainer regenerate` against a real vLLM CPU server: the engine's own ids stored beside the recorded
+rows, marked, held-out calls never re-sampled, resumable without duplicates, and the build trains on both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from records.io import write_part
+from standin import Target, load_target
+from tests.trainer.replay.conftest import call_rows
+from trainer.data.build import build
+from trainer.regenerate import RegenerateSettings, run
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Target:
+    return load_target("smollm2")
+
+
+def regenerated(data: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [r for f in sorted((data / "regenerated").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def test_regenerate_stores_engine_ids_beside_the_records_and_resumes(
+    smollm2: Target, smollm2_vllm: str, tmp_path: Path
+) -> None:
+    rows = call_rows(smollm2, [24] * 6)  # six repositories: the split holds out whole repositories
+    write_part(pa.Table.from_pylist(rows), tmp_path / "calls", "part-0.parquet")
+    recorded = {r["call_id"]: r for r in rows}
+    s = RegenerateSettings(data=tmp_path, url=smollm2_vllm, samples=2, max_tokens=12, temperature=0,
+                           eval_fraction=0.34, flush_every=3)  # fmt: skip
+    report = run(s)
+    got = regenerated(tmp_path)
+    sources = {r["regenerated_from"] for r in got}
+    assert report["held_out_skipped"] >= 1
+    assert len(sources) == 6 - report["held_out_skipped"]
+    assert len(got) == 2 * len(sources) == report["on_disk"]["rows"]
+    body = None
+    for r in got:
+        src = recorded[r["regenerated_from"]]
+        assert r["prompt_token_ids"] == src["prompt_token_ids"]  # the recorded prompt, exactly
+        assert r["session_id"] == src["session_id"]
+        assert r["agent"] == src["agent"]
+        assert 1 <= len(r["completion_token_ids"]) <= 12
+        assert r["token_ids_source"] == "upstream"
+        body = {"model": "smollm2", "prompt": r["prompt_token_ids"], "max_tokens": 12, "temperature": 0,
+                "return_token_ids": True}  # fmt: skip
+        again = httpx.post(f"{smollm2_vllm}/v1/completions", json=body, timeout=120).json()
+        assert again["choices"][0]["token_ids"] == r["completion_token_ids"]  # the engine's own greedy ids
+    assert report["this_run"]["tokens_per_s"] > 0
+    # the recorded calls are untouched: regenerated rows live in their own folder
+    assert [r["call_id"] for r in pq.read_table(tmp_path / "calls" / "part-0.parquet").to_pylist()] == list(
+        recorded
+    )
+
+    # resumed with a third sample at the recorded temperature: only the missing samples are asked for
+    more = run(s.model_copy(update={"samples": 3, "temperature": None}))
+    assert more["already_done"] == len(got)
+    assert more["this_run"]["samples"] == len(sources)
+    ids = [r["call_id"] for r in regenerated(tmp_path)]
+    assert len(ids) == len(set(ids)) == 3 * len(sources)
+    assert json.loads((tmp_path / "regenerated" / "report.json").read_text())["on_disk"]["rows"] == len(ids)
+
+    # and the build trains on both, never on a held-out call's re-samples
+    res = build(smollm2, tmp_path, max_len=4096, eval_fraction=0.34)
+    assert res.report["regenerated"]["rows"] == len(ids)
+    assert res.report["regenerated"]["sequences_trained"] == len(ids)
+    assert res.report["regenerated"]["multiplier"] > 1
+    assert not {cid for s in res.eval for cid in s.call_ids} & set(ids)
