@@ -42,7 +42,17 @@ class TrainConfig(BaseModel):
     )
     # the drafter (defaults: the released Qwen3-8B drafter's shape)
     num_layers: int = Field(5, ge=1, description="Drafter decoder layers.")
-    block_size: int = Field(16, ge=2, description="Block size B (vLLM num_speculative_tokens = B-1).")
+    drafter: Literal["dflash", "dspark"] = Field(
+        "dflash",
+        description="Drafter kind: dflash (block drafter) or dspark (+ Markov and confidence heads).",
+    )
+    block_size: int = Field(
+        16, ge=2, description="Block size B: the anchor + B-1 drafted tokens (vLLM num_speculative_tokens)."
+    )
+    markov_rank: int = Field(64, ge=1, description="dspark: the rank of the Markov head's bigram bias.")
+    confidence_weight: float = Field(
+        1.0, ge=0, description="dspark: weight of the confidence head's loss beside the cross-entropy."
+    )
     target_layer_ids: list[int] | None = Field(
         None, description="Tapped target layers; default one per drafter layer, spread from 1 to n-3."
     )

@@ -18,7 +18,8 @@ from standin.model import Target
 from trainer.checkpoint import Position
 from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token
-from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.dspark import dspark_config, dspark_loss, dspark_rows
+from trainer.dflash.kinds import KINDS
 from trainer.dflash.objective import StepOutput, dflash_loss
 from trainer.packed import valid_rows
 from trainer.progress import Meter
@@ -37,6 +38,8 @@ class Drafting:
     layer_ids: list[int]
     micro_per_epoch: int
     total_steps: int
+    kind: str = "dflash"  # trainer.dflash.kinds
+    confidence_weight: float = 1.0
 
 
 def frozen_weight(module: nn.Module) -> torch.Tensor:
@@ -60,6 +63,14 @@ def step_loss(
     the one call the training loop and the held-out evaluation share. ``anchors`` on the host (as
     ``packed.sample_anchors`` draws them): the label slots are found there, not on the device."""
     rows = valid_rows(step, anchors, block_size)
+    if d.kind == "dspark":
+        return dspark_loss(
+            d.model, taps=step.taps, input_ids=step.input_ids, loss_mask=step.loss_mask,
+            anchors=anchors.to(step.input_ids.device, non_blocking=True),
+            rows=dspark_rows(rows, block_size), embed_weight=frozen_weight(target.embed_tokens),
+            lm_head_weight=frozen_weight(target.lm_head), block_size=block_size, mask_token_id=d.mask_id,
+            weights=weights, flex=flex, layout=step.layout, confidence_weight=d.confidence_weight,
+        )  # fmt: skip
     return dflash_loss(
         d.model,
         taps=step.taps,
@@ -91,10 +102,12 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         target_layer_ids=cfg.target_layer_ids,
         intermediate_size=cfg.intermediate_size,
     )
-    drafter = DFlashDraftModel(dcfg).to(acc.device)
+    if cfg.drafter == "dspark":
+        dcfg = dspark_config(dcfg, cfg.markov_rank)
+    drafter = KINDS[cfg.drafter].model(dcfg).to(acc.device)
     n_params = sum(p.numel() for p in drafter.parameters())
     acc.print(
-        f"drafter: {cfg.num_layers} layers, {n_params / 1e6:.2f}M parameters, block {cfg.block_size}, "
+        f"drafter: {cfg.drafter}, {cfg.num_layers} layers, {n_params / 1e6:.2f}M parameters, block {cfg.block_size}, "
         f"taps {drafter.target_layer_ids} of {target.num_layers}, mask token {mask_id} ({how})"
     )
     micro_per_epoch = math.ceil(n_seqs / acc.num_processes)
@@ -106,8 +119,9 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
     )
     model, opt, sched = acc.prepare(drafter, opt, sched)
     return Drafting(
-        model, opt, sched, dcfg, mask_id, how, drafter.target_layer_ids, micro_per_epoch, total_steps
-    )
+        model, opt, sched, dcfg, mask_id, how, drafter.target_layer_ids, micro_per_epoch, total_steps,
+        cfg.drafter, cfg.confidence_weight,
+    )  # fmt: skip
 
 
 def lr_lambda(total: int, warmup: int, min_ratio: float) -> Callable[[int], float]:
@@ -136,7 +150,7 @@ def finish(
     """The drafter in float32 in the released layout, and the run's summary (main process)."""
     state = acc.get_state_dict(d.model)
     if acc.is_main_process:
-        final = DFlashDraftModel(d.config)
+        final = KINDS[d.kind].model(d.config)
         final.load_state_dict({k: v.float().cpu() for k, v in state.items()})
         final.save(run_dir / "drafter")
         world = acc.num_processes

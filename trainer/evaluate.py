@@ -37,8 +37,8 @@ from clikit import settings_command
 from standin import load_target
 from standin.engine import Engine, SamplingParams
 from trainer.data.build import read
-from trainer.dflash.engine import DFlashSpeculative
-from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.engine import speculative
+from trainer.dflash.kinds import load_drafter
 from trainer.lossless import NEAR_TIE, divergences
 
 
@@ -155,14 +155,14 @@ def evaluate(
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         kind = getattr(torch, dtype or ("bfloat16" if dev.startswith("cuda") else "float32"))
         target = load_target(cfg.get("target", "smollm2"), dtype=kind, device=dev)
-    drafter = DFlashDraftModel.load(drafter_dir or run / "drafter")
+    drafter = load_drafter(drafter_dir or run / "drafter")
     if prompts is None:
         prompts = held_out_prompts(run / "data" / "eval.parquet", n_prompts, max_prompt_len)
     if not prompts:
         raise SystemExit(f"no held-out prompts in {run / 'data' / 'eval.parquet'}")
 
     plain = Engine(target)
-    strategy = DFlashSpeculative(drafter, block_size=block_size)
+    strategy = speculative(drafter, block_size=block_size)
     spec = Engine(target, strategy)
     b = strategy.block_size
     per_prompt = []

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
 from trainer.dflash.config import REQUIRED_KEYS
-from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
+from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of, load_drafter
+from trainer.dflash.model import CONFIG_NAME
 
 DTYPES = ("bfloat16", "float16", "float32")
 
@@ -31,7 +32,7 @@ def export(run_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16") ->
     src = run / "drafter" if (run / "drafter" / CONFIG_NAME).exists() else run
     if not (src / CONFIG_NAME).exists():
         raise SystemExit(f"no trained drafter in {run} (expected {run / 'drafter' / CONFIG_NAME})")
-    drafter = DFlashDraftModel.load(src)
+    drafter = load_drafter(src)
     out = Path(out_dir)
     drafter.save(out, dtype=getattr(torch, dtype))
     config = json.loads((out / CONFIG_NAME).read_text())
@@ -48,20 +49,20 @@ def export(run_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16") ->
             k: ev[k] for k in ("tau", "lossless", "per_position_acceptance", "n_prompts") if k in ev
         }
     (out / "dflash_factory.json").write_text(json.dumps(meta, indent=2) + "\n")
-    (out / "README.md").write_text(_card(config, meta))
+    (out / "README.md").write_text(_card(config, meta, kind_of(out), drafted_tokens(out)))
     if (run / "acceptance.png").exists():
         shutil.copy(run / "acceptance.png", out / "acceptance.png")
     return out
 
 
-def _card(config: dict[str, Any], meta: dict[str, Any]) -> str:
-    b = int(config["block_size"])
-    spec = json.dumps({"method": "dflash", "model": ".", "num_speculative_tokens": b - 1})
+def _card(config: dict[str, Any], meta: dict[str, Any], kind: str, drafts: int) -> str:
+    b = drafts + 1
+    spec = json.dumps({"method": KINDS[kind].method, "model": ".", "num_speculative_tokens": drafts})
     ev = meta.get("eval", {})
     lines = [
-        "# DFlash drafter",
+        f"# {'DSpark' if kind == 'dspark' else 'DFlash'} drafter",
         "",
-        f"A block-diffusion drafter (DFlash) for `{meta.get('target', 'the target model')}`: "
+        f"A block-diffusion drafter ({kind}) for `{meta.get('target', 'the target model')}`: "
         f"{config['num_hidden_layers']} Qwen3 layers, block size {b}, taps "
         f"{config['dflash_config']['target_layer_ids']} of {config['num_target_layers']} target layers, "
         f"mask token {config['dflash_config']['mask_token_id']}. It has no embedding or LM head of its own: "
@@ -70,6 +71,13 @@ def _card(config: dict[str, Any], meta: dict[str, Any]) -> str:
         "Trained by dflash-factory on the target's own outputs on coding-agent traffic.",
         "",
     ]
+    if kind == "dspark":
+        lines += [
+            f"DSpark: the block's {drafts} query slots are corrected slot by slot by a rank-"
+            f"{config.get('markov_rank')} Markov head, and a confidence head scores each slot. vLLM serves "
+            "it on its V2 model runner (GPUs); vLLM CPU 0.32 cannot (no V1 support, no Triton on CPU).",
+            "",
+        ]
     if ev:
         lines += [
             f"Measured by greedy speculative decoding on {ev.get('n_prompts')} held-out prompts: "

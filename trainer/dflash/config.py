@@ -18,6 +18,8 @@ from transformers import PretrainedConfig, Qwen3Config
 from trainer.dflash.helpers import default_target_layer_ids
 
 ARCHITECTURE = "DFlashDraftModel"
+# The drafter kinds a config may name (trainer/dflash/kinds.py maps them to their models).
+ARCHITECTURES = ("DFlashDraftModel", "Qwen3DSparkModel")
 # Keys a loader (vLLM, SGLang, the reference implementation) reads; export is checked against these.
 REQUIRED_KEYS = (
     "architectures",
@@ -129,7 +131,8 @@ def make_draft_config(
 def config_dict(cfg: Qwen3Config) -> dict[str, Any]:
     """The JSON written as ``config.json``: Qwen3 fields + DFlash fields, nothing private."""
     d = cfg.to_dict()
-    d["architectures"] = [ARCHITECTURE]
+    named = list(d.get("architectures") or [])
+    d["architectures"] = named if named and named[0] in ARCHITECTURES else [ARCHITECTURE]
     d["model_type"] = "qwen3"
     d.setdefault("head_dim", cfg.hidden_size // cfg.num_attention_heads)
     # Loaders built on transformers 4.x read the flat RoPE fields; 5.x reads rope_parameters. Write both.

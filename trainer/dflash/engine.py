@@ -21,6 +21,8 @@ import torch.nn.functional as F
 
 from standin.engine import Engine, Sampler, SpecDecodeStats
 from standin.model import Target
+from trainer.dflash.dspark import DSparkDraftModel
+from trainer.dflash.kinds import load_drafter
 from trainer.dflash.model import DFlashDraftModel, DraftCache
 
 
@@ -60,6 +62,16 @@ class DFlashSpeculative:
         head = _weight(target.lm_head)
         return F.linear(hidden[0, 1:].to(head.dtype), head).float()
 
+    def _propose(
+        self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, sampler: Sampler
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The B-1 drafted tokens, and (sampling) the drafter's probabilities they were drawn from."""
+        dlogits = self._draft(target, last, ctx, start, cache)
+        if sampler.greedy:
+            return dlogits.argmax(-1), None
+        qprobs = sampler.probs(dlogits)
+        return torch.multinomial(qprobs, 1, generator=sampler.generator)[:, 0], qprobs
+
     @torch.no_grad()
     def steps(
         self, target: Target, prompt_ids: list[int], sampler: Sampler, max_new_tokens: int
@@ -92,13 +104,7 @@ class DFlashSpeculative:
         produced = 1
         limit = target.max_position_embeddings
         while produced < max_new_tokens and start + b <= limit:
-            dlogits = self._draft(target, last, ctx, start, dcache)
-            if sampler.greedy:
-                draft = dlogits.argmax(-1)
-                qprobs = None
-            else:
-                qprobs = sampler.probs(dlogits)
-                draft = torch.multinomial(qprobs, 1, generator=sampler.generator)[:, 0]
+            draft, qprobs = self._propose(target, last, ctx, start, dcache, sampler)
             block = torch.cat([torch.tensor([last]), draft.cpu()])[None].to(dev)
             out = target.forward(block, cache, layer_ids=layer_ids)
             assert out.taps is not None
@@ -121,6 +127,40 @@ class DFlashSpeculative:
             ctx = out.taps[:, : acc + 1]
             start += acc + 1
             last = bonus
+
+
+class DSparkSpeculative(DFlashSpeculative):
+    """DSpark drafting: one pass of the B-1 query slots [last, mask...] (slot k predicts the token after
+    it), then slot by slot the Markov bias of the token drafted before it corrects the slot's logits,
+    as vLLM's DSpark proposer does. Verification is DFlash's."""
+
+    name = "dspark"
+    drafter: DSparkDraftModel
+
+    def _propose(
+        self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, sampler: Sampler
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n = self.block_size - 1
+        dev = ctx.device
+        block = torch.full((1, n), self.drafter.mask_token_id, dtype=torch.long, device=dev)
+        block[0, 0] = last
+        positions = torch.arange(start - ctx.shape[1], start + n, device=dev)[None]
+        dtype = self.drafter.fc.weight.dtype
+        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
+        hidden = self.drafter(noise, ctx.to(dtype), positions, None, cache)[0]
+        head = _weight(target.lm_head)
+        prev = torch.tensor([last], device=dev)
+        draft, probs = [], []
+        for k in range(n):
+            logits, _ = self.drafter.slot_logits(hidden[k : k + 1], prev, head)
+            if sampler.greedy:
+                tok = logits[0].argmax()
+            else:
+                probs.append(sampler.probs(logits)[0])
+                tok = torch.multinomial(probs[-1], 1, generator=sampler.generator)[0]
+            draft.append(tok)
+            prev = tok.view(1)
+        return torch.stack(draft), (torch.stack(probs) if probs else None)
 
 
 def _rejection(
@@ -168,12 +208,18 @@ def check_compatible(drafter: DFlashDraftModel, target: Target) -> None:
         raise ValueError(f"drafter does not fit target {target.name}: " + "; ".join(problems))
 
 
+def speculative(drafter: DFlashDraftModel, block_size: int | None = None) -> DFlashSpeculative:
+    """The decoding strategy of the drafter's kind."""
+    kind = DSparkSpeculative if isinstance(drafter, DSparkDraftModel) else DFlashSpeculative
+    return kind(drafter, block_size=block_size)
+
+
 def engine_factory(draft_dir: str | Path, block_size: int | None = None):  # type: ignore[no-untyped-def]
     """For ``standin.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash."""
 
     def make(target: Target) -> Engine:
-        drafter = DFlashDraftModel.load(draft_dir)
+        drafter = load_drafter(draft_dir)
         check_compatible(drafter, target)
-        return Engine(target, DFlashSpeculative(drafter, block_size=block_size))
+        return Engine(target, speculative(drafter, block_size=block_size))
 
     return make

@@ -36,6 +36,7 @@ from trainer.dflash.attention import DocumentMask, dense_attention
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+FLOAT32_HEADS = ("confidence_head.",)
 
 
 class RMSNorm(nn.Module):
@@ -239,10 +240,14 @@ class DFlashDraftModel(nn.Module):
         """Write ``config.json`` + ``model.safetensors`` in the released DFlash layout."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().to(dtype or v.dtype).contiguous().cpu() for k, v in self.state_dict().items()}
+        # a head a serving engine computes in float32 (DSpark's confidence) is stored so
+        state = {
+            k: v.detach().to(v.dtype if k.startswith(FLOAT32_HEADS) else dtype or v.dtype).contiguous().cpu()
+            for k, v in self.state_dict().items()
+        }
         save_file(state, str(out / WEIGHTS_NAME), metadata={"format": "pt"})
         d = dcfg.config_dict(self.config)
-        d["dtype"] = str(next(iter(state.values())).dtype).replace("torch.", "")
+        d["dtype"] = str(state["fc.weight"].dtype).replace("torch.", "")
         (out / CONFIG_NAME).write_text(json.dumps(d, indent=2, sort_keys=True) + "\n")
         return out
 

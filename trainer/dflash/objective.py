@@ -87,6 +87,46 @@ def _ce_chunk(
     return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
 
 
+def block_hidden(
+    drafter: nn.Module,
+    taps: torch.Tensor,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    anchors: torch.Tensor,
+    embed_weight: torch.Tensor,
+    block_size: int,
+    mask_token_id: int,
+    flex: bool,
+    layout: L.Layout | None,
+    shift: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The drafter's pass over every anchored block: (hidden [1, A*S, H], labels [A, S], valid [A, S]) with
+    S = ``block_size - shift`` query slots. DFlash (shift 0): slot k predicts the token at a+k (slot 0 is
+    the anchor, never a label). DSpark (shift 1): its B-1 slots are [anchor, mask...] and slot k predicts
+    the token at a+k+1, so the labels are DFlash's slots 1..B-1."""
+    t = input_ids.shape[0]
+    a = anchors.numel()
+    b = block_size - shift
+    dev = taps.device
+    blk = H.block_input_ids(input_ids, anchors, b, mask_token_id)
+    noise = F.embedding(blk, embed_weight).reshape(1, a * b, -1).to(taps.dtype)
+    mask: torch.Tensor | L.DocumentMask | BlockMask
+    if layout is None:
+        pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
+        mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
+        labels, valid = H.block_labels(input_ids, loss_mask, anchors, block_size)
+    else:
+        pos = torch.cat([layout.pos, L.block_positions(anchors, b, layout).flatten()])[None]
+        # dense (CPU): per segment, so the packed step's other documents are never scored
+        mask = (
+            _create(L.mask_mod(anchors, b, layout), a * b, t, dev)
+            if flex
+            else L.document_mask(anchors, b, layout)
+        )
+        labels, valid = L.block_labels(input_ids, loss_mask, anchors, block_size, layout)
+    return drafter(noise, taps, pos, mask), labels[:, shift:], valid[:, shift:]
+
+
 def dflash_loss(
     drafter: nn.Module,
     *,
@@ -108,27 +148,12 @@ def dflash_loss(
     says which segment each position belongs to (the drafter may be DDP/FSDP-wrapped). The loss is
     normalised by the summed weight of every label in the step, so each supervised token counts the
     same whichever sequence it comes from."""
-    t = input_ids.shape[0]
     a = anchors.numel()
     b = block_size
     dev = taps.device
-    blk = H.block_input_ids(input_ids, anchors, b, mask_token_id)
-    noise = F.embedding(blk, embed_weight).reshape(1, a * b, -1).to(taps.dtype)
-    mask: torch.Tensor | L.DocumentMask | BlockMask
-    if layout is None:
-        pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
-        mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
-        labels, valid = H.block_labels(input_ids, loss_mask, anchors, b)
-    else:
-        pos = torch.cat([layout.pos, L.block_positions(anchors, b, layout).flatten()])[None]
-        # dense (CPU): per segment, so the packed step's other documents are never scored
-        mask = (
-            _create(L.mask_mod(anchors, b, layout), a * b, t, dev)
-            if flex
-            else L.document_mask(anchors, b, layout)
-        )
-        labels, valid = L.block_labels(input_ids, loss_mask, anchors, b, layout)
-    hidden = drafter(noise, taps, pos, mask)  # [1, A*B, H]
+    hidden, labels, valid = block_hidden(
+        drafter, taps, input_ids, loss_mask, anchors, embed_weight, b, mask_token_id, flex, layout
+    )
     if rows is None:  # a boolean index is a nonzero: it waits for the device (the training loop
         rows = valid.flatten().nonzero().squeeze(1)  # passes rows computed on the host instead)
     rows = rows.to(dev, non_blocking=True)

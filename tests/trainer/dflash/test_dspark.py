@@ -1,0 +1,125 @@
+"""DSpark, the second drafter kind: its objective (teacher-forced Markov head, confidence on acceptance),
+its drafting (lossless against the plain target) and its export in vLLM 0.32's Qwen3DSparkModel layout,
+trained, evaluated and exported by the same commands as DFlash (tiny target, in-process)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from standin.engine import Engine
+from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from trainer.dflash.config import make_draft_config
+from trainer.dflash.dspark import DSparkDraftModel, dspark_config, dspark_loss, dspark_rows
+from trainer.dflash.engine import DSparkSpeculative, speculative
+from trainer.dflash.helpers import loss_weights
+from trainer.dflash.kinds import drafted_tokens, kind_of, load_drafter
+from trainer.evaluate import evaluate
+from trainer.export import export
+from trainer.train import TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def target():  # type: ignore[no-untyped-def]
+    return tiny_target(layers=4)
+
+
+def drafter_for(target, block: int = 4, rank: int = 8) -> DSparkDraftModel:  # type: ignore[no-untyped-def]
+    cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=block, mask_token_id=MASK)
+    torch.manual_seed(0)
+    return DSparkDraftModel(dspark_config(cfg, rank))
+
+
+def test_the_markov_head_is_teacher_forced_and_every_head_learns(target) -> None:  # type: ignore[no-untyped-def]
+    d = drafter_for(target)
+    ids = torch.arange(10, 40)
+    mask = torch.ones(30, dtype=torch.long)
+    mask[:5] = 0
+    out = target.forward(ids[None], target.new_cache(), layer_ids=d.target_layer_ids)
+    anchors = torch.tensor([5, 9, 20])
+    seen: list[torch.Tensor] = []
+    d.markov_head.markov_w1.register_forward_hook(lambda _m, args, _o: seen.append(args[0].clone()))
+    res = dspark_loss(
+        d, taps=out.taps, input_ids=ids, loss_mask=mask, anchors=anchors,
+        embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
+        mask_token_id=MASK, weights=loss_weights(4, 4.0),
+    )  # fmt: skip
+    # three slots per block: slot k follows the TRUE token at anchor + k (the anchor for slot 0)
+    assert sorted(seen[0].tolist()) == sorted(int(ids[a + k]) for a in anchors.tolist() for k in range(3))
+    assert res.total.tolist() == [3, 3, 3]
+    res.loss.backward()
+    for name in ("markov_head.markov_w2.weight", "confidence_head.proj.weight", "fc.weight"):
+        grad = dict(d.named_parameters())[name].grad
+        assert grad is not None
+        assert grad.abs().sum() > 0, name
+
+
+def test_dspark_rows_map_dflash_slots_to_dspark_slots() -> None:
+    b = 4  # DFlash slots 1..3 of block a are DSpark slots 0..2 of block a
+    assert dspark_rows(torch.tensor([1, 2, 3, 5, 7]), b).tolist() == [0, 1, 2, 3, 5]
+
+
+def test_a_fresh_dspark_drafts_what_its_backbone_drafts_and_decodes_losslessly(target) -> None:  # type: ignore[no-untyped-def]
+    d = drafter_for(target)
+    assert isinstance(speculative(d), DSparkSpeculative)
+    hidden = torch.randn(3, 64)
+    logits, _ = d.slot_logits(hidden, torch.tensor([1, 2, 3]), target.lm_head.weight)
+    assert torch.allclose(logits, hidden @ target.lm_head.weight.T)  # the Markov bias starts at zero
+    torch.nn.init.normal_(d.markov_head.markov_w2.weight, std=0.5)  # now it corrects every slot
+    prompt = list(range(20, 50))
+    plain = list(Engine(target).generate(prompt, 24, temperature=0))
+    strategy = DSparkSpeculative(d)
+    assert list(Engine(target, strategy).generate(prompt, 24, temperature=0)) == plain
+    assert strategy.spec_stats is not None
+    assert strategy.spec_stats.num_draft_tokens >= 3  # it drafted, three tokens a block
+    sampled = list(Engine(target, DSparkSpeculative(d)).generate(prompt, 24, temperature=1.0, seed=3))
+    assert len(sampled) >= 1  # rejection sampling against the Markov-corrected probabilities runs
+
+
+@pytest.fixture(scope="module")
+def calls(tmp_path_factory, target) -> Path:  # type: ignore[no-untyped-def]
+    return write_calls(
+        target, tmp_path_factory.mktemp("calls") / "calls.parquet", sessions=5, calls=2, new_tokens=20
+    )
+
+
+def test_dspark_trains_evaluates_losslessly_and_exports_in_vllms_layout(tmp_path, calls, target) -> None:  # type: ignore[no-untyped-def]
+    cfg = TrainConfig(
+        target="tiny", data=str(calls), runs_dir=str(tmp_path / "runs"), name="ds", drafter="dspark",
+        markov_rank=8, num_layers=1, block_size=4, mask_token_id=MASK, max_len=256, eval_fraction=0.3,
+        epochs=2, lr=3e-3, anchors=32, eval_prompts=2, eval_max_new_tokens=12,
+    )  # fmt: skip
+    run = train(cfg, argv=["-m", "trainer", "train"], target=target)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics[-1]["acc"]) == 3  # three drafted tokens per block
+    assert kind_of(run / "drafter") == "dspark"
+    result = evaluate(run, target=target, progress=False)
+    assert result["lossless"] is True
+    assert result["mismatch_rate"] == 0
+    assert len(result["per_position_acceptance"]) == 3
+
+    out = export(run, run / "export")
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3DSparkModel"]
+    assert config["block_size"] == 3 == drafted_tokens(out)  # vLLM: num_speculative_tokens = block_size
+    assert config["markov_rank"] == 8
+    assert config["enable_confidence_head"] is True
+    assert config["confidence_head_with_markov"] is True
+    assert config["target_layer_ids"] == config["dflash_config"]["target_layer_ids"]
+    assert config["mask_token_id"] == MASK
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        assert tuple(f.get_slice("markov_head.markov_w1.weight").get_shape()) == (256, 8)
+        assert tuple(f.get_slice("markov_head.markov_w2.weight").get_shape()) == (256, 8)
+        assert tuple(f.get_slice("confidence_head.proj.weight").get_shape()) == (1, 64 + 8)
+        assert f.get_tensor("confidence_head.proj.weight").dtype == torch.float32  # vLLM's dtype
+        assert f.get_tensor("fc.weight").dtype == torch.bfloat16
+    assert not any(n.startswith(("embed_tokens", "lm_head", "model.")) for n in names)
+    assert '"method": "dspark"' in (out / "README.md").read_text()
+    again = load_drafter(out)  # the export reloads as the same kind
+    assert isinstance(again, DSparkDraftModel)
+    assert again.block_size == 4
