@@ -49,6 +49,9 @@ class TrainConfig(BaseModel):
     block_size: int = Field(
         16, ge=2, description="Block size B: the anchor + B-1 drafted tokens (vLLM num_speculative_tokens)."
     )
+    regenerated: bool = Field(
+        True, description="Also train on DATA/regenerated (`trainer regenerate`) when it holds rows."
+    )
     markov_rank: int = Field(64, ge=1, description="dspark: the rank of the Markov head's bigram bias.")
     confidence_weight: float = Field(
         1.0, ge=0, description="dspark: weight of the confidence head's loss beside the cross-entropy."

@@ -126,6 +126,7 @@ def training_data(
                 eval_fraction=cfg.eval_fraction,
                 model=cfg.model_filter,
                 max_context=target.max_position_embeddings,
+                regenerated=cfg.regenerated,
             )
             built.report["source"] = str(source)
             every = built.train + built.eval

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
 
 import torch
 from safetensors import safe_open
@@ -16,8 +15,6 @@ from trainer.sources.base import FeatureError, FeatureSource
 from trainer.sources.cache import CacheSource
 from trainer.sources.hf import HFSource
 from trainer.sources.vllm import VllmSource, VllmSourceSettings
-
-SourceKind = Literal["hf", "cache", "vllm"]
 
 
 def final_head(target: Target) -> Callable[[torch.Tensor], torch.Tensor] | None:
