@@ -1,0 +1,54 @@
+"""`make bench` with drafters of both kinds: each served with its kind's vLLM method and its own block;
+a kind vLLM CPU cannot serve (dspark) goes to our engine, and the table marks that row and says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.trainer.dflash.tiny import MASK, tiny_target
+from trainer.dflash.config import make_draft_config
+from trainer.dflash.dspark import DSparkDraftModel, dspark_config
+from trainer.dflash.model import DFlashDraftModel
+from trainer.replay.bench import BenchSettings, command, notes, servers
+from trainer.replay.summary import markdown
+
+
+def drafters(tmp: Path) -> dict[str, Path]:
+    target = tiny_target(layers=4)
+    cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=8, mask_token_id=MASK)
+    DFlashDraftModel(cfg).save(tmp / "dflash")
+    cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=8, mask_token_id=MASK)
+    DSparkDraftModel(dspark_config(cfg, 4)).save(tmp / "dspark")
+    return {"dflash": tmp / "dflash", "dspark": tmp / "dspark"}
+
+
+def test_each_kind_is_served_by_its_method_and_dspark_by_our_engine_on_vllm_cpu(tmp_path: Path) -> None:
+    d = drafters(tmp_path)
+    s = BenchSettings(run=tmp_path, draft=[f"{k}={v}" for k, v in d.items()])
+    chosen = servers(s, "vllm")
+    assert chosen["dflash"].method == "dflash"
+    assert chosen["dflash"].engine is None  # vLLM serves it
+    assert chosen["dspark"].method == "dspark"
+    assert chosen["dspark"].engine == "standin"
+    argv = command("vllm", "smollm2", chosen["dflash"], 1, s)
+    assert '"num_speculative_tokens": 7' in argv[-1]  # the drafter's own block: 8 - 1
+    assert "serve-target" in command("vllm", "smollm2", chosen["dspark"], 1, s)  # the stand-in's server
+    why = notes(chosen, "vllm")
+    assert list(why) == ["dspark"]
+    assert "does not support" in why["dspark"] or "cannot serve dspark" in why["dspark"]
+    # with vLLM on a GPU, vLLM serves both (7 tokens: DSpark's block of 7 query slots)
+    gpu = servers(s.model_copy(update={"gpu": True}), "vllm")
+    assert gpu["dspark"].engine is None
+    assert '"num_speculative_tokens": 7' in command("vllm", "smollm2", gpu["dspark"], 1, s)[-1]
+
+    endpoint = {"engine": "x", "spec": {"mal": 2.0}, "tokens_per_s": 1.0, "mean_ttft_s": 0.1, "speedup": 1.0,
+                "outputs_differ": 0, "outputs_compared": 1, "failed": 0, "groups": {}}  # fmt: skip
+    report = {
+        "selection": {"sampled": 1, "held_out_by": "x", "by_token_ids": 1, "by_chat_fallback": 0},
+        "baseline": "plain", "endpoints": {"plain": {"engine": "vLLM 0.32.0"}, "dspark": {"engine": "stand-in"}},
+        "levels": [{"concurrency": 1, "endpoints": {"plain": endpoint, "dspark": endpoint}}],
+        "problems": [], "errors": [], "notes": why,
+    }  # fmt: skip
+    text = markdown(report)
+    assert "| 1 | dspark | stand-in † |" in text
+    assert f"† dspark: {why['dspark']}" in text
