@@ -121,6 +121,7 @@ def build_report(
             served = next(s for s in result.served if s.label == label)
             if served.speculative and st["ok"] and (spec is None or not spec["drafts"]):
                 problems.append(f"{label} is labelled speculative but drafted nothing at concurrency {level}")
+    problems += [f"left out from then on: {why}" for why in result.dropped.values()]
     if result.aborted:
         problems.append(f"stopped early: {result.aborted}")
     overall = {}

@@ -70,6 +70,7 @@ class ReplayRun:
     served: list[Served]
     runs: list[LevelRun] = field(default_factory=list)
     aborted: str | None = None
+    dropped: dict[str, str] = field(default_factory=dict)  # label -> why it was left out after a level
     divergences: list[Divergence] = field(default_factory=list)
 
 
@@ -191,12 +192,15 @@ async def replay(settings: ReplaySettings, calls: list[ReplayCall], progress: Pr
         try:
             for level in settings.concurrency:
                 for s in served:
+                    if s.label in result.dropped:
+                        continue
                     run = await replay_level(client, s, calls, level, progress)
                     result.runs.append(run)
                     if all(o.error and "HTTP " not in o.error for o in run.outcomes):
-                        raise ReplayError(
-                            f"endpoint {s.label} ({s.url}) answered no call: {run.outcomes[0].error}"
-                        )
+                        dead = f"endpoint {s.label} ({s.url}) answered no call: {run.outcomes[0].error}"
+                        if s.label == settings.baseline_label:
+                            raise ReplayError(dead)  # nothing can be compared without the baseline
+                        result.dropped[s.label] = dead  # one dead method must not cost the others' rows
         except ReplayError as e:
             result.aborted = str(e)
         result.divergences = await divergences(client, settings, calls, result)

@@ -98,3 +98,52 @@ def test_an_endpoint_lost_midway_keeps_the_levels_already_done(tiny, dataset: Pa
     assert "stopped early: endpoint base" in report["problems"][-1]
     assert "answered no call" in report["problems"][-1]
     assert (tmp_path / "o" / "report.json").is_file()
+
+
+@pytest.mark.slow  # loads tiny-qwen3 and serves it twice
+def test_a_dead_method_is_left_out_and_the_others_keep_their_rows(
+    tiny, dataset: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    import uvicorn
+
+    from standin.server import TargetServer
+    from tests.support import wait_http
+    from trainer.replay import ReplaySettings, run_replay
+    from trainer.replay.run import Progress
+
+    servers, ports = [], []
+    for _ in range(2):
+        ports.append(free_port())
+        uv = uvicorn.Server(
+            uvicorn.Config(TargetServer(tiny).app, host="127.0.0.1", port=ports[-1], log_level="warning")
+        )
+        threading.Thread(target=uv.run, daemon=True).start()
+        servers.append(uv)
+        wait_http(f"http://127.0.0.1:{ports[-1]}/health", timeout=60)
+    finished = []
+
+    def stop_other_after_its_first_level() -> None:
+        finished.append(1)
+        if len(finished) == 2:  # base c=1, then other c=1: `other` goes away
+            servers[1].should_exit = True
+
+    settings = ReplaySettings(
+        data=dataset,
+        endpoint=[f"base=http://127.0.0.1:{ports[0]}", f"other=http://127.0.0.1:{ports[1]}"],
+        baseline="base",
+        speculative=[],
+        concurrency=[1, 2, 3],
+        max_tokens=2,
+        out=tmp_path / "o",
+    )
+    report = run_replay(settings, Progress(finish=stop_other_after_its_first_level))
+    servers[0].should_exit = True
+    levels = {lv["concurrency"]: lv["endpoints"] for lv in report["levels"]}
+    assert levels[1]["other"]["ok"] == 4  # its first level, kept
+    assert levels[2]["other"]["ok"] == 0  # the level it died in
+    assert "other" not in levels[3]  # then left out
+    assert levels[3]["base"]["ok"] == 4  # while the baseline went on
+    assert any(p.startswith("left out from then on: endpoint other") for p in report["problems"])
+    assert not any(p.startswith("stopped early") for p in report["problems"])
