@@ -24,7 +24,7 @@ from serving.venv import native_bf16, python
 
 SMOLLM2 = "smollm2"
 TINY_QWEN3 = "tiny-qwen3"
-Method = Literal["plain", "ngram", "suffix", "dflash", "dspark"]
+Method = Literal["plain", "ngram", "suffix", "dflash", "dspark"]  # DFlash2 is served as `dflash`
 
 
 def standin_template(name: str = "smollm2_tools.jinja") -> Path:

@@ -42,9 +42,10 @@ class TrainConfig(BaseModel):
     )
     # the drafter (defaults: the released Qwen3-8B drafter's shape)
     num_layers: int = Field(5, ge=1, description="Drafter decoder layers.")
-    drafter: Literal["dflash", "dspark"] = Field(
+    drafter: Literal["dflash", "dflash2", "dspark"] = Field(
         "dflash",
-        description="Drafter kind: dflash (block drafter) or dspark (+ Markov and confidence heads).",
+        description="Drafter kind: dflash (block drafter), dflash2 (+ in-block convolutions and a candidate "
+        "selector) or dspark (+ Markov and confidence heads).",
     )
     block_size: int = Field(
         16, ge=2, description="Block size B: the anchor + B-1 drafted tokens (vLLM num_speculative_tokens)."
@@ -52,9 +53,21 @@ class TrainConfig(BaseModel):
     regenerated: bool = Field(
         True, description="Also train on DATA/regenerated (`trainer regenerate`) when it holds rows."
     )
-    markov_rank: int = Field(64, ge=1, description="dspark: the rank of the Markov head's bigram bias.")
-    confidence_weight: float = Field(
-        1.0, ge=0, description="dspark: weight of the confidence head's loss beside the cross-entropy."
+    head_rank: int = Field(
+        64, ge=1, description="dspark: the Markov head's rank; dflash2: the candidate selector's rank."
+    )
+    head_weight: float = Field(
+        1.0,
+        ge=0,
+        description="Weight of the kind's head loss beside the cross-entropy (dspark: the "
+        "confidence head's; dflash2: the selector's).",
+    )
+    selector_top_k: int = Field(8, ge=1, description="dflash2: candidates per slot the selector ranks.")
+    conv_kernel_size: int = Field(2, ge=1, description="dflash2: taps of the in-block convolution.")
+    conv_group_size: int = Field(
+        64,
+        ge=1,
+        description="dflash2: channels sharing one convolution coefficient (divides the hidden size).",
     )
     target_layer_ids: list[int] | None = Field(
         None, description="Tapped target layers; default one per drafter layer, spread from 1 to n-3."

@@ -18,7 +18,8 @@ from standin.model import Target
 from trainer.checkpoint import Position
 from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token
-from trainer.dflash.dspark import dspark_config, dspark_loss, dspark_rows
+from trainer.dflash.dflash2 import dflash2_config
+from trainer.dflash.dspark import dspark_config
 from trainer.dflash.kinds import KINDS
 from trainer.dflash.objective import StepOutput, dflash_loss
 from trainer.packed import valid_rows
@@ -39,7 +40,7 @@ class Drafting:
     micro_per_epoch: int
     total_steps: int
     kind: str = "dflash"  # trainer.dflash.kinds
-    confidence_weight: float = 1.0
+    head_weight: float = 1.0
 
 
 def frozen_weight(module: nn.Module) -> torch.Tensor:
@@ -62,22 +63,13 @@ def step_loss(
     """The DFlash loss of one packed step (`trainer.packed`) with the target's frozen embedding and head:
     the one call the training loop and the held-out evaluation share. ``anchors`` on the host (as
     ``packed.sample_anchors`` draws them): the label slots are found there, not on the device."""
-    rows = valid_rows(step, anchors, block_size)
-    if d.kind == "dspark":
-        return dspark_loss(
-            d.model, taps=step.taps, input_ids=step.input_ids, loss_mask=step.loss_mask,
-            anchors=anchors.to(step.input_ids.device, non_blocking=True),
-            rows=dspark_rows(rows, block_size), embed_weight=frozen_weight(target.embed_tokens),
-            lm_head_weight=frozen_weight(target.lm_head), block_size=block_size, mask_token_id=d.mask_id,
-            weights=weights, flex=flex, layout=step.layout, confidence_weight=d.confidence_weight,
-        )  # fmt: skip
     return dflash_loss(
         d.model,
         taps=step.taps,
         input_ids=step.input_ids,
         loss_mask=step.loss_mask,
         anchors=anchors.to(step.input_ids.device, non_blocking=True),
-        rows=rows,
+        rows=valid_rows(step, anchors, block_size),
         embed_weight=frozen_weight(target.embed_tokens),
         lm_head_weight=frozen_weight(target.lm_head),
         block_size=block_size,
@@ -85,7 +77,20 @@ def step_loss(
         weights=weights,
         flex=flex,
         layout=step.layout,
+        head_weight=d.head_weight,
     )
+
+
+def kind_config(cfg: TrainConfig, dcfg: Any) -> Any:
+    """The DFlash drafter config ``dcfg`` made the one of the kind ``cfg.drafter`` names."""
+    if cfg.drafter == "dspark":
+        return dspark_config(dcfg, cfg.head_rank)
+    if cfg.drafter == "dflash2":
+        return dflash2_config(
+            dcfg, conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
+            selector_rank=cfg.head_rank, selector_top_k=cfg.selector_top_k,
+        )  # fmt: skip
+    return dcfg
 
 
 def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: int) -> Drafting:
@@ -102,8 +107,7 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         target_layer_ids=cfg.target_layer_ids,
         intermediate_size=cfg.intermediate_size,
     )
-    if cfg.drafter == "dspark":
-        dcfg = dspark_config(dcfg, cfg.markov_rank)
+    dcfg = kind_config(cfg, dcfg)
     drafter = KINDS[cfg.drafter].model(dcfg).to(acc.device)
     n_params = sum(p.numel() for p in drafter.parameters())
     acc.print(
@@ -120,7 +124,7 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
     model, opt, sched = acc.prepare(drafter, opt, sched)
     return Drafting(
         model, opt, sched, dcfg, mask_id, how, drafter.target_layer_ids, micro_per_epoch, total_steps,
-        cfg.drafter, cfg.confidence_weight,
+        cfg.drafter, cfg.head_weight,
     )  # fmt: skip
 
 

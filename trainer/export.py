@@ -60,7 +60,7 @@ def _card(config: dict[str, Any], meta: dict[str, Any], kind: str, drafts: int) 
     spec = json.dumps({"method": KINDS[kind].method, "model": ".", "num_speculative_tokens": drafts})
     ev = meta.get("eval", {})
     lines = [
-        f"# {'DSpark' if kind == 'dspark' else 'DFlash'} drafter",
+        f"# {KINDS[kind].title} drafter",
         "",
         f"A block-diffusion drafter ({kind}) for `{meta.get('target', 'the target model')}`: "
         f"{config['num_hidden_layers']} Qwen3 layers, block size {b}, taps "
@@ -71,6 +71,15 @@ def _card(config: dict[str, Any], meta: dict[str, Any], kind: str, drafts: int) 
         "Trained by dflash-factory on the target's own outputs on coding-agent traffic.",
         "",
     ]
+    if kind == "dflash2":
+        d = config["dflash_config"]
+        lines += [
+            f"DFlash2: a {d['conv_kernel_size']}-tap in-block convolution around each attention and MLP, and a "
+            f"rank-{d['selector_rank']} candidate selector that walks each slot's top-{d['selector_top_k']} "
+            "candidates after the token chosen before it. vLLM serves it with `method: dflash` on its V2 "
+            "model runner (GPUs); vLLM CPU 0.32 cannot (its V1 runner refuses candidate-head drafts).",
+            "",
+        ]
     if kind == "dspark":
         lines += [
             f"DSpark: the block's {drafts} query slots are corrected slot by slot by a rank-"

@@ -19,7 +19,7 @@ from trainer.dflash.helpers import default_target_layer_ids
 
 ARCHITECTURE = "DFlashDraftModel"
 # The drafter kinds a config may name (trainer/dflash/kinds.py maps them to their models).
-ARCHITECTURES = ("DFlashDraftModel", "Qwen3DSparkModel")
+ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel", "Qwen3DSparkModel")
 # Keys a loader (vLLM, SGLang, the reference implementation) reads; export is checked against these.
 REQUIRED_KEYS = (
     "architectures",

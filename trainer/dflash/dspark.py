@@ -26,13 +26,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 from transformers import Qwen3Config
 
-from trainer.dflash import helpers as H
-from trainer.dflash import layout as L
 from trainer.dflash.model import DFlashDraftModel
-from trainer.dflash.objective import StepOutput, block_hidden
 
 ARCHITECTURE = "Qwen3DSparkModel"
 
@@ -65,6 +61,7 @@ class DSparkDraftModel(DFlashDraftModel):
     """The DFlash backbone (``forward`` as DFlash's) with the Markov and confidence heads."""
 
     kind = "dspark"
+    query_shift = 1  # its queries are [anchor, mask...]: slot k predicts the token DFlash's slot k+1 does
 
     def __init__(self, cfg: Qwen3Config, rope_style: str = "neox") -> None:
         super().__init__(cfg, rope_style)
@@ -86,6 +83,24 @@ class DSparkDraftModel(DFlashDraftModel):
         base = F.linear(hidden.to(lm_head.dtype), lm_head).float()
         return base + self.markov_head.bias(e.to(self.markov_head.markov_w2.weight.dtype)).float(), e
 
+    def slot_terms(
+        self,
+        hidden: torch.Tensor,
+        prev: torch.Tensor,
+        labels: torch.Tensor,
+        lm_head: torch.Tensor,
+        head_weight: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """DSpark's objective per slot: the cross-entropy of the corrected logits, the Markov bias taken
+        from the TRUE token before the slot (teacher forcing; the anchor for slot 0), plus ``head_weight``
+        × the binary cross-entropy of the confidence head against whether the slot's drafted token is the
+        label (accepted, under greedy verification)."""
+        logits, e = self.slot_logits(hidden, prev, lm_head)
+        pred = logits.argmax(-1)
+        accepted = (pred == labels).float().detach()
+        bce = F.binary_cross_entropy_with_logits(self.confidence_head(hidden, e), accepted, reduction="none")
+        return F.cross_entropy(logits, labels, reduction="none") + head_weight * bce, pred
+
 
 def dspark_config(cfg: Qwen3Config, markov_rank: int) -> Qwen3Config:
     """``cfg`` (a DFlash drafter config, block_size = 1 + drafted tokens) made a ``Qwen3DSparkModel``'s."""
@@ -101,83 +116,3 @@ def dspark_config(cfg: Qwen3Config, markov_rank: int) -> Qwen3Config:
     cfg.target_layer_ids = [int(i) for i in cfg.dflash_config["target_layer_ids"]]
     cfg.tie_word_embeddings = False
     return cfg
-
-
-def _slot_terms(
-    core: DSparkDraftModel, h: torch.Tensor, prev: torch.Tensor, y: torch.Tensor, lm_head: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per valid slot: cross-entropy of the corrected logits, the drafted token, the confidence logit."""
-    logits, e = core.slot_logits(h, prev, lm_head)
-    return F.cross_entropy(logits, y, reduction="none"), logits.argmax(-1), core.confidence_head(h, e)
-
-
-def dspark_loss(
-    drafter: nn.Module,
-    *,
-    taps: torch.Tensor,
-    input_ids: torch.Tensor,
-    loss_mask: torch.Tensor,
-    anchors: torch.Tensor,
-    embed_weight: torch.Tensor,
-    lm_head_weight: torch.Tensor,
-    block_size: int,
-    mask_token_id: int,
-    weights: torch.Tensor,  # [B] from helpers.loss_weights: slot k of DSpark weighs as DFlash's slot k+1
-    flex: bool = False,
-    chunk: int = 4096,
-    layout: L.Layout | None = None,
-    rows: torch.Tensor | None = None,  # [N] flat indices into A·(B-1) of the valid slots, when known
-    confidence_weight: float = 1.0,
-) -> StepOutput:
-    """DSpark's objective on one (packed) step: the Markov head trained with teacher forcing (slot k's
-    bias comes from the TRUE token before it, the anchor for slot 0), the weighted cross-entropy of the
-    corrected logits, plus ``confidence_weight`` × the binary cross-entropy of the confidence head
-    against whether the slot's drafted token is the label (accepted, under greedy verification)."""
-    a = anchors.numel()
-    n = block_size - 1
-    dev = taps.device
-    hidden, labels, valid = block_hidden(
-        drafter, taps, input_ids, loss_mask, anchors, embed_weight, block_size, mask_token_id, flex,
-        layout, shift=1,
-    )  # fmt: skip
-    if rows is None:
-        rows = valid.flatten().nonzero().squeeze(1)
-    rows = rows.to(dev, non_blocking=True)
-    core = getattr(drafter, "module", drafter)  # the heads, past a DDP wrapper
-    assert isinstance(core, DSparkDraftModel)
-    t = input_ids.shape[0]
-    prev = input_ids[(anchors[:, None] + torch.arange(n, device=dev)[None, :]).clamp(max=t - 1)]
-    h = hidden.reshape(a * n, -1).index_select(0, rows)
-    y = labels.flatten().index_select(0, rows)
-    p = prev.flatten().index_select(0, rows)
-    w = weights.to(dev)[1:][None, :].expand(a, n).flatten().index_select(0, rows)
-    ces, preds, confs = [], [], []
-    for s in range(0, h.shape[0], chunk):
-        part = (core, h[s : s + chunk], p[s : s + chunk], y[s : s + chunk], lm_head_weight)
-        if torch.is_grad_enabled() and h.shape[0] > chunk:  # a chunk's [rows, V] logits, recomputed
-            ce, pr, cf = checkpoint(_slot_terms, *part, use_reentrant=False)
-        else:
-            ce, pr, cf = _slot_terms(*part)
-        ces.append(ce)
-        preds.append(pr)
-        confs.append(cf)
-    ce = torch.cat(ces) if ces else h.new_zeros(0)
-    pred = torch.cat(preds) if preds else y.new_zeros(0)
-    conf = torch.cat(confs) if confs else h.new_zeros(0).float()
-    weight = w.sum().detach()
-    accepted = (pred == y).float().detach()
-    bce = F.binary_cross_entropy_with_logits(conf, accepted, reduction="none")
-    loss = ((ce + confidence_weight * bce) * w).sum() / weight.clamp_min(1e-9)
-    pred_full = torch.full_like(labels, -1)
-    if preds:
-        pred_full.view(-1).index_copy_(0, rows, pred)
-    pad = torch.zeros(a, 1, dtype=torch.bool, device=dev)  # DFlash's slot 0: never a label
-    correct, total = H.per_position_accuracy(
-        torch.cat([pad.long(), pred_full], 1), torch.cat([pad.long(), labels], 1), torch.cat([pad, valid], 1)
-    )
-    return StepOutput(loss, correct.detach(), total.detach(), a, int(y.numel()), weight)
-
-
-def dspark_rows(rows: torch.Tensor, block_size: int) -> torch.Tensor:
-    """DFlash's valid-slot indices (into A·B, slot 0 never among them) as DSpark's (into A·(B-1))."""
-    return (rows // block_size) * (block_size - 1) + rows % block_size - 1

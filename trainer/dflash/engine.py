@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from standin.engine import Engine, Sampler, SpecDecodeStats
 from standin.model import Target
+from trainer.dflash.dflash2 import DFlash2DraftModel
 from trainer.dflash.dspark import DSparkDraftModel
 from trainer.dflash.kinds import load_drafter
 from trainer.dflash.model import DFlashDraftModel, DraftCache
@@ -163,6 +164,50 @@ class DSparkSpeculative(DFlashSpeculative):
         return torch.stack(draft), (torch.stack(probs) if probs else None)
 
 
+class DFlash2Speculative(DFlashSpeculative):
+    """DFlash2 drafting, as vLLM's candidate walk does it: one pass of the block, each slot's top-k
+    candidates under the LM head, then slot by slot the candidate the selector scores best after the
+    token chosen before it (the anchor for the first). Sampling draws from the softmax of the K scores
+    (zero elsewhere), the distribution the rejection then checks. Verification is DFlash's."""
+
+    name = "dflash2"
+    drafter: DFlash2DraftModel
+
+    def __init__(
+        self, drafter: DFlash2DraftModel, block_size: int | None = None, prefill_chunk: int = 512
+    ) -> None:
+        super().__init__(drafter, block_size, prefill_chunk)
+        drafter.set_block(self.block_size)  # its convolution restarts every block, as vLLM's does
+
+    def _propose(
+        self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, sampler: Sampler
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b = self.block_size
+        dev = ctx.device
+        block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=dev)
+        block[0, 0] = last
+        positions = torch.arange(start - ctx.shape[1], start + b, device=dev)[None]
+        dtype = self.drafter.fc.weight.dtype
+        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
+        hidden = self.drafter(noise, ctx.to(dtype), positions, None, cache)[0, 1:]
+        head = _weight(target.lm_head)
+        ids, unary = self.drafter.candidates(hidden, head)
+        prev = torch.tensor([last], device=dev)
+        draft, probs = [], []
+        for k in range(b - 1):
+            scores = self.drafter.scores(hidden[k : k + 1], prev, ids[k : k + 1], unary[k : k + 1])[0]
+            if sampler.greedy:
+                pick = scores.argmax()
+            else:
+                full = torch.full((head.shape[0],), float("-inf"), device=dev).index_put_((ids[k],), scores)
+                probs.append(sampler.probs(full[None])[0])
+                tok = torch.multinomial(probs[-1], 1, generator=sampler.generator)[0]
+                pick = (ids[k] == tok).nonzero()[0, 0]
+            prev = ids[k, pick].view(1)
+            draft.append(prev[0])
+        return torch.stack(draft), (torch.stack(probs) if probs else None)
+
+
 def _rejection(
     draft: torch.Tensor, p: torch.Tensor, q: torch.Tensor, generator: torch.Generator | None
 ) -> tuple[int, int]:
@@ -208,10 +253,16 @@ def check_compatible(drafter: DFlashDraftModel, target: Target) -> None:
         raise ValueError(f"drafter does not fit target {target.name}: " + "; ".join(problems))
 
 
+STRATEGIES: dict[type[DFlashDraftModel], type[DFlashSpeculative]] = {
+    DFlashDraftModel: DFlashSpeculative,
+    DFlash2DraftModel: DFlash2Speculative,
+    DSparkDraftModel: DSparkSpeculative,
+}
+
+
 def speculative(drafter: DFlashDraftModel, block_size: int | None = None) -> DFlashSpeculative:
     """The decoding strategy of the drafter's kind."""
-    kind = DSparkSpeculative if isinstance(drafter, DSparkDraftModel) else DFlashSpeculative
-    return kind(drafter, block_size=block_size)
+    return STRATEGIES[type(drafter)](drafter, block_size=block_size)
 
 
 def engine_factory(draft_dir: str | Path, block_size: int | None = None):  # type: ignore[no-untyped-def]

@@ -2,6 +2,8 @@
 architecture its ``config.json`` names (what vLLM 0.32 loads it as), and its speculative method.
 
 - ``dflash``: the block drafter (``DFlashDraftModel``; vLLM ``method: dflash``).
+- ``dflash2``: the block drafter + in-block convolutions and a candidate selector (``DFlash2DraftModel``;
+  vLLM ``method: dflash``, which picks the candidate walk by the architecture), trainer/dflash/dflash2.py.
 - ``dspark``: the block drafter + a Markov head and a confidence head (``Qwen3DSparkModel``; vLLM
   ``method: dspark``), trainer/dflash/dspark.py.
 """
@@ -14,22 +16,26 @@ from typing import Literal, NamedTuple
 
 import torch
 
+from trainer.dflash.dflash2 import ARCHITECTURE as DFLASH2_ARCH
+from trainer.dflash.dflash2 import DFlash2DraftModel
 from trainer.dflash.dspark import ARCHITECTURE as DSPARK_ARCH
 from trainer.dflash.dspark import DSparkDraftModel
 from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
 
-Kind = Literal["dflash", "dspark"]
+Kind = Literal["dflash", "dflash2", "dspark"]
 
 
 class DrafterKind(NamedTuple):
     model: type[DFlashDraftModel]
     architecture: str
     method: str  # vLLM's speculative_config method
+    title: str  # how the model card names it
 
 
 KINDS: dict[str, DrafterKind] = {
-    "dflash": DrafterKind(DFlashDraftModel, "DFlashDraftModel", "dflash"),
-    "dspark": DrafterKind(DSparkDraftModel, DSPARK_ARCH, "dspark"),
+    "dflash": DrafterKind(DFlashDraftModel, "DFlashDraftModel", "dflash", "DFlash"),
+    "dflash2": DrafterKind(DFlash2DraftModel, DFLASH2_ARCH, "dflash", "DFlash2"),
+    "dspark": DrafterKind(DSparkDraftModel, DSPARK_ARCH, "dspark", "DSpark"),
 }
 
 
@@ -47,6 +53,6 @@ def load_drafter(draft_dir: str | Path, device: str | torch.device = "cpu") -> D
 
 
 def drafted_tokens(draft_dir: str | Path) -> int:
-    """vLLM's num_speculative_tokens for this drafter (DFlash: block - 1; DSpark: its block)."""
+    """vLLM's num_speculative_tokens for this drafter (DFlash, DFlash2: block - 1; DSpark: its block)."""
     cfg = json.loads((Path(draft_dir) / CONFIG_NAME).read_text())
-    return int(cfg["block_size"]) - (1 if kind_of(draft_dir) == "dflash" else 0)
+    return int(cfg["block_size"]) - (1 - KINDS[kind_of(draft_dir)].model.query_shift)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import Qwen3Config
@@ -169,7 +170,15 @@ class DFlashDecoderLayer(nn.Module):
 
 
 class DFlashDraftModel(nn.Module):
-    """The drafter. ``forward`` returns final-normed hidden states of the block; apply the target's LM head."""
+    """The drafter. ``forward`` returns final-normed hidden states of the block; apply the target's LM head.
+
+    A kind that extends it (trainer/dflash/kinds.py) may change its layer (``layer_cls``), its query block
+    (``query_shift``: DSpark's slots start one token later) and how a slot's hidden state becomes the loss
+    and the drafted token (``slot_terms``); the objective and the engine ask these, never the kind's name.
+    """
+
+    layer_cls: type[nn.Module] = DFlashDecoderLayer
+    query_shift = 0
 
     def __init__(self, cfg: Qwen3Config, rope_style: str = "neox") -> None:
         super().__init__()
@@ -181,7 +190,7 @@ class DFlashDraftModel(nn.Module):
         self.mask_token_id = dcfg.mask_token_id(cfg)
         self.block_size = int(cfg.block_size)
         h = cfg.hidden_size
-        self.layers = nn.ModuleList([DFlashDecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.layers = nn.ModuleList([self.layer_cls(cfg) for _ in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(h, cfg.rms_norm_eps)
         self.fc = nn.Linear(len(self.target_layer_ids) * h, h, bias=False)
         self.hidden_norm = RMSNorm(h, cfg.rms_norm_eps)
@@ -234,6 +243,21 @@ class DFlashDraftModel(nn.Module):
         if cache is not None:
             cache.length += c
         return self.norm(x)
+
+    def slot_terms(
+        self,
+        hidden: torch.Tensor,
+        prev: torch.Tensor,
+        labels: torch.Tensor,
+        lm_head: torch.Tensor,
+        head_weight: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per slot (hidden [N, H], the true token before it [N], its label [N]): (loss [N], drafted token
+        [N]). DFlash: the cross-entropy of the target's LM head over the slot. The head's matmul runs in
+        the head's dtype, as the serving engine runs it (the drafter's output is fp32 under mixed precision),
+        the cross-entropy in fp32."""
+        logits = F.linear(hidden.to(lm_head.dtype), lm_head).float()
+        return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
 
     # -- checkpoint format -------------------------------------------------------------------------
     def save(self, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:

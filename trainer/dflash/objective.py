@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.dflash import compiled
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
+from trainer.dflash.model import DFlashDraftModel
 
 
 @dataclass
@@ -77,16 +78,6 @@ def use_flex_attention(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
-def _ce_chunk(
-    h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    # The drafter's output is fp32 under mixed precision (accelerate converts a forward's outputs, and
-    # RMSNorm computes in fp32) while the frozen LM head is in the target's dtype: the head's matmul runs
-    # in that dtype, as the serving engine runs it, and the cross-entropy in fp32.
-    logits = F.linear(h.to(weight.dtype), weight).float()
-    return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
-
-
 def block_hidden(
     drafter: nn.Module,
     taps: torch.Tensor,
@@ -127,6 +118,14 @@ def block_hidden(
     return drafter(noise, taps, pos, mask), labels[:, shift:], valid[:, shift:]
 
 
+def slot_rows(rows: torch.Tensor, block_size: int, shift: int) -> torch.Tensor:
+    """Valid-slot indices into A·B (DFlash's numbering, as ``packed.valid_rows`` gives them) as indices
+    into A·(B-shift), the query slots of a kind whose block starts ``shift`` tokens later."""
+    if not shift:
+        return rows
+    return (rows // block_size) * (block_size - shift) + rows % block_size - shift
+
+
 def dflash_loss(
     drafter: nn.Module,
     *,
@@ -138,44 +137,57 @@ def dflash_loss(
     lm_head_weight: torch.Tensor,  # [V, H] the target's LM head (frozen)
     block_size: int,
     mask_token_id: int,
-    weights: torch.Tensor,  # [B] from helpers.loss_weights
+    weights: torch.Tensor,  # [B] from helpers.loss_weights (slot k of a shifted block weighs as k+shift)
     flex: bool = False,
     chunk: int = 4096,
     layout: L.Layout | None = None,
     rows: torch.Tensor | None = None,  # [N] flat indices (into A·B) of the valid slots, when known
+    head_weight: float = 1.0,  # the kind's extra head loss (DSpark: confidence; DFlash2: selector)
 ) -> StepOutput:
-    """Weighted block cross-entropy of ``drafter`` on one sequence, or on a packed step when ``layout``
-    says which segment each position belongs to (the drafter may be DDP/FSDP-wrapped). The loss is
-    normalised by the summed weight of every label in the step, so each supervised token counts the
-    same whichever sequence it comes from."""
+    """The block objective of any drafter kind on one sequence, or on a packed step when ``layout`` says
+    which segment each position belongs to (the drafter may be DDP/FSDP-wrapped): the weighted per-slot
+    loss of the kind's ``slot_terms`` (DFlash: the block cross-entropy), each slot given the TRUE token
+    before it (teacher forcing, for the kinds whose heads read it). The loss is normalised by the summed
+    weight of every label in the step, so each supervised token counts the same whichever sequence it
+    comes from."""
+    core = getattr(drafter, "module", drafter)  # the kind's heads, past a DDP wrapper
+    assert isinstance(core, DFlashDraftModel)
+    shift = int(core.query_shift)
     a = anchors.numel()
-    b = block_size
+    s = block_size - shift  # query slots per block
     dev = taps.device
     hidden, labels, valid = block_hidden(
-        drafter, taps, input_ids, loss_mask, anchors, embed_weight, b, mask_token_id, flex, layout
-    )
-    if rows is None:  # a boolean index is a nonzero: it waits for the device (the training loop
-        rows = valid.flatten().nonzero().squeeze(1)  # passes rows computed on the host instead)
+        drafter, taps, input_ids, loss_mask, anchors, embed_weight, block_size, mask_token_id, flex, layout,
+        shift=shift,
+    )  # fmt: skip
+    # a boolean index is a nonzero: it waits for the device (the training loop passes host-side rows)
+    rows = valid.flatten().nonzero().squeeze(1) if rows is None else slot_rows(rows, block_size, shift)
     rows = rows.to(dev, non_blocking=True)
-    h = hidden.reshape(a * b, -1).index_select(0, rows)
+    t = input_ids.shape[0]
+    before = (anchors[:, None] + torch.arange(s, device=dev)[None, :] + shift - 1).clamp(0, t - 1)
+    h = hidden.reshape(a * s, -1).index_select(0, rows)
     y = labels.flatten().index_select(0, rows)
-    w = weights.to(dev)[None, :].expand(a, b).flatten().index_select(0, rows)
-    ces, preds = [], []
-    for s in range(0, h.shape[0], chunk):
-        hs, ys = h[s : s + chunk], y[s : s + chunk]
-        if torch.is_grad_enabled() and h.shape[0] > chunk:
-            ce, pr = checkpoint(_ce_chunk, hs, lm_head_weight, ys, use_reentrant=False)
+    prev = input_ids[before].flatten().index_select(0, rows)
+    w = weights.to(dev)[shift:][None, :].expand(a, s).flatten().index_select(0, rows)
+    losses, preds = [], []
+    for i in range(0, h.shape[0], chunk):
+        part = (h[i : i + chunk], prev[i : i + chunk], y[i : i + chunk], lm_head_weight, head_weight)
+        if torch.is_grad_enabled() and h.shape[0] > chunk:  # a chunk's [rows, V] logits, recomputed
+            lo, pr = checkpoint(core.slot_terms, *part, use_reentrant=False)
         else:
-            ce, pr = _ce_chunk(hs, lm_head_weight, ys)
-        ces.append(ce)
+            lo, pr = core.slot_terms(*part)
+        losses.append(lo)
         preds.append(pr)
-    ce = torch.cat(ces) if ces else h.new_zeros(0)
+    loss_rows = torch.cat(losses) if losses else h.new_zeros(0)
     weight = w.sum().detach()
-    loss = (ce * w).sum() / weight.clamp_min(1e-9)
+    loss = (loss_rows * w).sum() / weight.clamp_min(1e-9)
     pred_full = torch.full_like(labels, -1)
     if preds:
         pred_full.view(-1).index_copy_(0, rows, torch.cat(preds))
-    correct, total = H.per_position_accuracy(pred_full, labels, valid)
+    pad = torch.zeros(a, shift, dtype=torch.long, device=dev)  # DFlash's slots before the query block
+    correct, total = H.per_position_accuracy(
+        torch.cat([pad, pred_full], 1), torch.cat([pad, labels], 1), torch.cat([pad.bool(), valid], 1)
+    )
     return StepOutput(
         loss=loss,
         correct=correct.detach(),

@@ -110,10 +110,13 @@ class Server(NamedTuple):
     engine: str | None = None  # serve with this engine instead of the bench's (a method vLLM CPU lacks)
 
 
-# Methods vLLM CPU 0.32 refuses (its V1 model runner lacks them; the V2 runner needs Triton, which has no
-# CPU backend): measured, `Model Runner V1 does not support: dspark speculative decoding`. On a GPU vLLM
-# serves them; on this CPU our engine (the stand-in's) decodes with the drafter instead, and says so.
+# Drafter kinds vLLM CPU 0.32 refuses (its V1 model runner lacks them; the V2 runner needs Triton, which
+# has no CPU backend): measured, `Model Runner V1 does not support: dspark speculative decoding` and
+# `... DFlash candidate-head drafts`. On a GPU vLLM serves them; on this CPU our engine (the stand-in's)
+# decodes with the drafter instead, and says so.
 VLLM_CPU_CANNOT = {
+    "dflash2": "vLLM CPU 0.32 cannot serve dflash2 (V1 model runner: no DFlash candidate-head drafts; V2: "
+    "needs Triton, none on CPU): our engine's speculative decoding stands in",
     "dspark": "vLLM CPU 0.32 cannot serve dspark (V1 model runner: unsupported; V2: needs Triton, none on "
     "CPU): our engine's speculative decoding stands in",
 }
@@ -209,11 +212,12 @@ def servers(s: BenchSettings, engine: str) -> dict[str, Server]:
 
 def notes(chosen: dict[str, Server], engine: str) -> dict[str, str]:
     """Per label served by another engine than the bench's: why."""
-    return {
-        label: VLLM_CPU_CANNOT[server.method]
-        for label, server in chosen.items()
-        if server.engine and server.engine != engine and server.method in VLLM_CPU_CANNOT
-    }
+    out = {}
+    for label, server in chosen.items():
+        kind = kind_of(server.draft) if server.draft is not None else None
+        if server.engine and server.engine != engine and kind in VLLM_CPU_CANNOT:
+            out[label] = VLLM_CPU_CANNOT[kind]
+    return out
 
 
 def bench(s: BenchSettings) -> dict[str, object]:

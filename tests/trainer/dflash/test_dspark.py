@@ -14,10 +14,11 @@ from safetensors import safe_open
 from standin.engine import Engine
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
 from trainer.dflash.config import make_draft_config
-from trainer.dflash.dspark import DSparkDraftModel, dspark_config, dspark_loss, dspark_rows
+from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.engine import DSparkSpeculative, speculative
 from trainer.dflash.helpers import loss_weights
 from trainer.dflash.kinds import drafted_tokens, kind_of, load_drafter
+from trainer.dflash.objective import dflash_loss, slot_rows
 from trainer.evaluate import evaluate
 from trainer.export import export
 from trainer.train import TrainConfig, train
@@ -43,7 +44,7 @@ def test_the_markov_head_is_teacher_forced_and_every_head_learns(target) -> None
     anchors = torch.tensor([5, 9, 20])
     seen: list[torch.Tensor] = []
     d.markov_head.markov_w1.register_forward_hook(lambda _m, args, _o: seen.append(args[0].clone()))
-    res = dspark_loss(
+    res = dflash_loss(  # one objective for every kind: the kind supplies its slot terms
         d, taps=out.taps, input_ids=ids, loss_mask=mask, anchors=anchors,
         embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
         mask_token_id=MASK, weights=loss_weights(4, 4.0),
@@ -60,7 +61,26 @@ def test_the_markov_head_is_teacher_forced_and_every_head_learns(target) -> None
 
 def test_dspark_rows_map_dflash_slots_to_dspark_slots() -> None:
     b = 4  # DFlash slots 1..3 of block a are DSpark slots 0..2 of block a
-    assert dspark_rows(torch.tensor([1, 2, 3, 5, 7]), b).tolist() == [0, 1, 2, 3, 5]
+    assert slot_rows(torch.tensor([1, 2, 3, 5, 7]), b, shift=1).tolist() == [0, 1, 2, 3, 5]
+    assert slot_rows(torch.tensor([1, 2, 3, 5, 7]), b, shift=0).tolist() == [1, 2, 3, 5, 7]
+
+
+def test_host_rows_and_device_rows_give_the_same_dspark_loss(target) -> None:  # type: ignore[no-untyped-def]
+    d = drafter_for(target)
+    ids = torch.arange(10, 40)
+    mask = torch.ones(30, dtype=torch.long)
+    mask[:5] = 0
+    out = target.forward(ids[None], target.new_cache(), layer_ids=d.target_layer_ids)
+    anchors = torch.tensor([5, 9, 27])  # the last block runs off the end: some slots have no label
+    kw = dict(
+        taps=out.taps, input_ids=ids, loss_mask=mask, anchors=anchors, embed_weight=target.embed_tokens.weight,
+        lm_head_weight=target.lm_head.weight, block_size=4, mask_token_id=MASK, weights=loss_weights(4, 4.0),
+    )  # fmt: skip
+    found = dflash_loss(d, **kw)  # type: ignore[arg-type]
+    valid = [a * 4 + k for a, start in enumerate(anchors.tolist()) for k in range(1, 4) if start + k < 30]
+    given = dflash_loss(d, rows=torch.tensor(valid), **kw)  # type: ignore[arg-type]
+    assert found.total.tolist() == given.total.tolist() == [3, 3, 2]
+    assert torch.allclose(found.loss, given.loss)
 
 
 def test_a_fresh_dspark_drafts_what_its_backbone_drafts_and_decodes_losslessly(target) -> None:  # type: ignore[no-untyped-def]
@@ -90,7 +110,7 @@ def calls(tmp_path_factory, target) -> Path:  # type: ignore[no-untyped-def]
 def test_dspark_trains_evaluates_losslessly_and_exports_in_vllms_layout(tmp_path, calls, target) -> None:  # type: ignore[no-untyped-def]
     cfg = TrainConfig(
         target="tiny", data=str(calls), runs_dir=str(tmp_path / "runs"), name="ds", drafter="dspark",
-        markov_rank=8, num_layers=1, block_size=4, mask_token_id=MASK, max_len=256, eval_fraction=0.3,
+        head_rank=8, num_layers=1, block_size=4, mask_token_id=MASK, max_len=256, eval_fraction=0.3,
         epochs=2, lr=3e-3, anchors=32, eval_prompts=2, eval_max_new_tokens=12,
     )  # fmt: skip
     run = train(cfg, argv=["-m", "trainer", "train"], target=target)

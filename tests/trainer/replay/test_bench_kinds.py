@@ -1,5 +1,6 @@
-"""`make bench` with drafters of both kinds: each served with its kind's vLLM method and its own block;
-a kind vLLM CPU cannot serve (dspark) goes to our engine, and the table marks that row and says why."""
+"""`make bench` with drafters of every kind: each served with its kind's vLLM method and its own block;
+a kind vLLM CPU cannot serve (dflash2, dspark) goes to our engine, and the table marks that row and says
+why."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from tests.trainer.dflash.tiny import MASK, tiny_target
 from trainer.dflash.config import make_draft_config
+from trainer.dflash.dflash2 import DFlash2DraftModel, dflash2_config
 from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.model import DFlashDraftModel
 from trainer.replay.bench import BenchSettings, command, notes, servers
@@ -19,7 +21,10 @@ def drafters(tmp: Path) -> dict[str, Path]:
     DFlashDraftModel(cfg).save(tmp / "dflash")
     cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=8, mask_token_id=MASK)
     DSparkDraftModel(dspark_config(cfg, 4)).save(tmp / "dspark")
-    return {"dflash": tmp / "dflash", "dspark": tmp / "dspark"}
+    cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=8, mask_token_id=MASK)
+    kw = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 4, "selector_top_k": 2}
+    DFlash2DraftModel(dflash2_config(cfg, **kw)).save(tmp / "dflash2")
+    return {"dflash": tmp / "dflash", "dspark": tmp / "dspark", "dflash2": tmp / "dflash2"}
 
 
 def test_each_kind_is_served_by_its_method_and_dspark_by_our_engine_on_vllm_cpu(tmp_path: Path) -> None:
@@ -33,12 +38,16 @@ def test_each_kind_is_served_by_its_method_and_dspark_by_our_engine_on_vllm_cpu(
     argv = command("vllm", "smollm2", chosen["dflash"], 1, s)
     assert '"num_speculative_tokens": 7' in argv[-1]  # the drafter's own block: 8 - 1
     assert "serve-target" in command("vllm", "smollm2", chosen["dspark"], 1, s)  # the stand-in's server
+    assert chosen["dflash2"].method == "dflash"  # vLLM picks the candidate walk by the architecture
+    assert chosen["dflash2"].engine == "standin"
     why = notes(chosen, "vllm")
-    assert list(why) == ["dspark"]
+    assert sorted(why) == ["dflash2", "dspark"]
     assert "vLLM CPU 0.32 cannot serve dspark" in why["dspark"]
+    assert "no DFlash candidate-head drafts" in why["dflash2"]
     # with vLLM on a GPU, vLLM serves both (7 tokens: DSpark's block of 7 query slots)
     gpu = servers(s.model_copy(update={"gpu": True}), "vllm")
     assert gpu["dspark"].engine is None
+    assert gpu["dflash2"].engine is None
     assert '"num_speculative_tokens": 7' in command("vllm", "smollm2", gpu["dspark"], 1, s)[-1]
 
     endpoint = {"engine": "x", "spec": {"mal": 2.0}, "tokens_per_s": 1.0, "mean_ttft_s": 0.1, "speedup": 1.0,
