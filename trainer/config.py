@@ -191,13 +191,21 @@ class TrainConfig(BaseModel):
 
     @classmethod
     def validated(cls, values: Mapping[str, Any]) -> TrainConfig:
+        values = dict(values)
+        for old, new in RENAMED.items():  # a run directory written before the rename still resumes
+            if old in values and new not in values:
+                values[new] = values.pop(old)
         try:
-            return cls.model_validate(dict(values))
+            return cls.model_validate(values)
         except ValidationError as exc:
             raise ConfigError(describe(exc)) from None
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()
+
+
+# Keys older run directories' config.yaml may hold, and what they are called now.
+RENAMED = {"markov_rank": "head_rank", "confidence_weight": "head_weight"}
 
 
 def describe(exc: ValidationError) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import DistributedType
 from torch import nn
 
 from standin.model import Target
@@ -108,6 +109,10 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         intermediate_size=cfg.intermediate_size,
     )
     dcfg = kind_config(cfg, dcfg)
+    if cfg.drafter != "dflash" and acc.distributed_type == DistributedType.FSDP:
+        # their heads run outside the drafter's forward (they read the labels' previous tokens), where
+        # FSDP has already resharded the root's parameters; DDP keeps every parameter whole
+        raise ValueError(f"drafter={cfg.drafter} trains on one process or with DDP, not FSDP")
     drafter = KINDS[cfg.drafter].model(dcfg).to(acc.device)
     n_params = sum(p.numel() for p in drafter.parameters())
     acc.print(

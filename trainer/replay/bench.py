@@ -78,6 +78,12 @@ class BenchSettings(BaseModel):
         default=1, ge=1, description="Torch threads per server (1 is fastest on a shared CPU)."
     )
     max_num_seqs: int = Field(default=8, ge=1, description="Requests each server interleaves.")
+    timeout: float = Field(
+        default=900.0,
+        gt=0,
+        description="Seconds one request may take (our engine, standing in for a kind vLLM CPU cannot serve, "
+        "has no prefix cache: each long prompt is a whole CPU prefill).",
+    )
     out: Path | None = Field(default=None, description="Where the report goes; default RUN/replay.")
     startup_timeout: float = Field(
         default=900.0,
@@ -242,6 +248,7 @@ def bench(s: BenchSettings) -> dict[str, object]:
             calls=s.calls,
             max_tokens=s.max_tokens,
             concurrency=s.concurrency,
+            timeout=s.timeout,
             out=out,
         )
         report = run_replay(settings, progress_reporter()[0])

