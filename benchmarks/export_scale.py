@@ -30,10 +30,18 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from records.agents import AgentName  # noqa: E402
+
 AGENTS = {  # capture folder -> (planned agent, User-Agent)
-    "claude-code": ("claude-code", "claude-cli/2.1.332 (external, sdk-cli)"),
-    "codex": ("codex", "codex_exec/0.171.0 (Debian 12.0.0; x86_64) dumb (codex_exec; 0.171.0)"),
-    "opencode": ("opencode", "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14"),
+    AgentName.CLAUDE_CODE: (AgentName.CLAUDE_CODE, "claude-cli/2.1.332 (external, sdk-cli)"),
+    AgentName.CODEX: (
+        AgentName.CODEX,
+        "codex_exec/0.171.0 (Debian 12.0.0; x86_64) dumb (codex_exec; 0.171.0)",
+    ),
+    AgentName.OPENCODE: (
+        AgentName.OPENCODE,
+        "opencode/1.18.33 ai-sdk/provider-utils/4.0.23 runtime/bun/1.3.14",
+    ),
 }
 WORDS = ["the", "a", "to", "of", "and", "in", "is", "for", "that", "it", "with", "as", "on", "be", "this", "file", "test", "function", "error", "value", "return", "import", "class", "def", "self", "if", "else", "not", "none", "true", "false", "path", "line", "call", "data", "list", "dict", "print", "run", "fix", "bug", "issue", "module", "result", "check", "case", "type", "name", "key", "index", "count", "string", "number", "config"]  # fmt: skip
 
@@ -56,7 +64,7 @@ class Sess:
         self.body = json.loads((REPO / "tests/fixtures/agents" / cap / "first_request.json").read_text())[
             "body"
         ]
-        self.msg_key = "input" if cap == "codex" else "messages"
+        self.msg_key = "input" if cap == AgentName.CODEX else "messages"
         self.ids = np.asarray(tok.encode(json.dumps(self.body), add_special_tokens=False), dtype=np.int32)
         base = len(self.ids)
         # tokens added per turn so the last prompt reaches about max_prompt (never below 200)

@@ -27,6 +27,7 @@ import docker
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from records.agents import AGENT_NAMES  # noqa: E402
 from sandboxes.config import SandboxSettings  # noqa: E402
 from sandboxes.gc import collect  # noqa: E402
 from sandboxes.images.build import build_agents  # noqa: E402
@@ -116,7 +117,7 @@ def hold(client: docker.DockerClient, image: str, proxy: str, run_id: str, k: in
 
 def agents(client: docker.DockerClient, image: str, proxy: str, run_id: str) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
-    for agent in ("claude-code", "codex", "opencode"):
+    for agent in AGENT_NAMES:
         req = SessionRequest(
             agent=agent,
             repo=REPO,

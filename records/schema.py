@@ -40,7 +40,7 @@ class CallRecord:
 
     call_id: Annotated[str, pa.string()]
     session_id: Str = None  # from the `/s/{id}` prefix (records.ids), None without one
-    agent: Str = None  # claude_code | codex | opencode | other (from headers)
+    agent: Str = None  # records.agents.AgentName, or other (from the User-Agent)
     agent_session_id: Str = None  # the agent's own conversation id (headers or body)
     user_agent: Str = None
     tag: Str = None  # X-Dflash-Tag of the caller (e.g. 'translation' calls of the factory)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from records.agents import AGENT_NAMES, AgentName
 from sandboxes.config import SandboxSettings
 
 
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     eg.add_argument("--repo", help="only this repository's images (its registry name)")
     eg.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     t = sub.add_parser("try", help="run one session and print its result as JSON")
-    t.add_argument("--agent", choices=["claude-code", "codex", "opencode"], default="claude-code")
+    t.add_argument("--agent", choices=AGENT_NAMES, default=AgentName.CLAUDE_CODE.value)
     t.add_argument("--egress", choices=["none", "registries"], help="network policy (default: settings)")
     t.add_argument("--env", action="store_true", help="run in the repository's environment image, with tests")
     t.add_argument("--setup", help="setup command for --env (default: detected from the build files)")

@@ -21,8 +21,9 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation
+from records.agents import AGENT_NAMES
 
-AGENTS = ("claude-code", "codex", "opencode")
+AGENTS = AGENT_NAMES
 LANGS = ("en", "ko")
 _ROUND = 2**48  # one round of the claim order: an issue's rank (48 bits) + round × _ROUND fits a BigInteger
 

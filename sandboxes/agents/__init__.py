@@ -7,7 +7,7 @@ from sandboxes.agents.claude_code import ClaudeCode
 from sandboxes.agents.codex import Codex
 from sandboxes.agents.opencode import OpenCode
 
-AGENTS: dict[str, type[Agent]] = {"claude-code": ClaudeCode, "codex": Codex, "opencode": OpenCode}
+AGENTS: dict[str, type[Agent]] = {cls.name: cls for cls in (ClaudeCode, Codex, OpenCode)}
 
 
 def get_agent(name: str) -> Agent:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from records.agents import AgentName
 from sandboxes.agents.base import AgentContext, common_env, first_value
 
 
 class ClaudeCode:
-    name = "claude-code"
+    name = AgentName.CLAUDE_CODE.value
 
     def files(self, ctx: AgentContext) -> dict[str, str]:
         return {}

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from records.agents import AgentName
 from sandboxes.agents.base import AgentContext, common_env, first_value
+from sandboxes.agents.npm_install import AGENT_PACKAGES
 
 
 def _toml(value: str) -> str:
@@ -13,7 +15,7 @@ def _toml(value: str) -> str:
 
 
 class Codex:
-    name = "codex"
+    name = AgentName.CODEX.value
 
     def _codex_home(self, ctx: AgentContext) -> str:
         return f"{ctx.home}/.codex"
@@ -44,7 +46,7 @@ class Codex:
         return common_env(ctx) | {"CODEX_HOME": self._codex_home(ctx), "TARGET_API_KEY": ctx.api_key}
 
     def command(self, ctx: AgentContext) -> list[str]:
-        return ["codex", "exec", "--json", ctx.task]
+        return [AGENT_PACKAGES[AgentName.CODEX][2], "exec", "--json", ctx.task]
 
     def session_id(self, events: list[dict[str, Any]]) -> str | None:
         return first_value(events, "thread_id") or first_value(events, "session_id")

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import typer
 
+from records.agents import AgentName
+
 AGENT_PACKAGES: dict[str, tuple[str, str, str]] = {
     # agent name: (npm package, version, binary name)
-    "claude-code": ("@anthropic-ai/claude-code", "2.1.332", "claude"),
-    "codex": ("@openai/codex", "0.171.0", "codex"),
-    "opencode": ("opencode-ai", "1.18.33", "opencode"),
+    AgentName.CLAUDE_CODE: ("@anthropic-ai/claude-code", "2.1.332", "claude"),
+    AgentName.CODEX: ("@openai/codex", "0.171.0", "codex"),
+    AgentName.OPENCODE: ("opencode-ai", "1.18.33", "opencode"),
 }
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from records.agents import AgentName
 from sandboxes.agents.base import AgentContext, common_env, first_value
+from sandboxes.agents.npm_install import AGENT_PACKAGES
 
 
 class OpenCode:
-    name = "opencode"
+    name = AgentName.OPENCODE.value
 
     def files(self, ctx: AgentContext) -> dict[str, str]:
         config = {
@@ -37,7 +39,7 @@ class OpenCode:
         }
 
     def command(self, ctx: AgentContext) -> list[str]:
-        return ["opencode", "run", "--format", "json", "--auto", ctx.task]
+        return [AGENT_PACKAGES[AgentName.OPENCODE][2], "run", "--format", "json", "--auto", ctx.task]
 
     def session_id(self, events: list[dict[str, Any]]) -> str | None:
         return first_value(events, "sessionID")

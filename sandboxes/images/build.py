@@ -14,6 +14,7 @@ from pathlib import Path
 import docker
 from docker.errors import ImageNotFound
 
+from records.agents import AgentName
 from sandboxes.agents.npm_install import AGENT_PACKAGES, NODE_RUNTIME
 from sandboxes.config import SandboxSettings
 from sandboxes.images.mirror import host_mirror
@@ -46,7 +47,7 @@ def node_spec() -> str:
 
 
 def opencode_plugin_spec() -> str:
-    return f"{OPENCODE_PLUGIN}@{AGENT_PACKAGES['opencode'][1]}"
+    return f"{OPENCODE_PLUGIN}@{AGENT_PACKAGES[AgentName.OPENCODE][1]}"
 
 
 def base_tag(settings: SandboxSettings) -> str:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
 from records import SCHEMA
+from records.agents import AGENT_NAMES, AgentName
 from standin import load_target
 from standin.engine import Engine, SamplingParams
 from trainer.data.sample_texts import (
@@ -57,7 +58,7 @@ SAMPLE_DIR = Path(__file__).parent / "sample"
 
 
 def _session(rng: random.Random, i: int) -> dict[str, Any]:
-    agent = ("claude-code", "codex", "opencode")[i % 3]
+    agent = AGENT_NAMES[i % 3]
     # ten repositories with two sessions each: agent, language and repository vary independently, so a
     # held-out repository is not also a held-out language
     repo, path, code = REPOS[i % 10]
@@ -77,10 +78,10 @@ def _session(rng: random.Random, i: int) -> dict[str, Any]:
 
 def _api_request(agent: str, chat: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(api, the body the agent sends, the Chat body the proxy sends upstream when it translates)."""
-    if agent == "claude-code":
+    if agent == AgentName.CLAUDE_CODE:
         body = chat_to_anthropic_request(chat)
         return "anthropic_messages", body, anthropic_to_chat_request(body, return_token_ids=True).request
-    if agent == "codex":
+    if agent == AgentName.CODEX:
         body = chat_to_responses_request(chat)
         return "openai_responses", body, responses_to_chat_request(body, return_token_ids=True).request
     return "openai_chat", chat, None
