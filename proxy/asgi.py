@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from proxy import errors
+from proxy.errors import ProxyError
 from proxy.validate import Rejected
 
 Message = MutableMapping[str, Any]
@@ -21,7 +22,7 @@ Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 
-class ClientGone(Exception):
+class ClientGone(ProxyError):
     """The client hung up while sending its request; `body` is what had arrived."""
 
     def __init__(self, body: bytes) -> None:

@@ -15,18 +15,20 @@ from typing import Any
 import brotli
 import zstandard
 
+from proxy.errors import ProxyError
+
 MAX_LAYERS = 4
 _STEP = 1 << 20  # output per inflate call: the granularity of the limit check
 _ZSTD_WINDOW = 1 << 25  # a frame may ask for a 2 GiB window; refuse more than 32 MiB
 
 
-class TooLarge(ValueError):
+class TooLarge(ProxyError, ValueError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"decoded body exceeds the {limit}-byte limit")
         self.limit = limit
 
 
-class Unsupported(ValueError):
+class Unsupported(ProxyError, ValueError):
     pass
 
 

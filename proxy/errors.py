@@ -28,7 +28,11 @@ _OPENAI_TYPES = {
 }
 
 
-class BadReply(Exception):
+class ProxyError(Exception):
+    """Base of the errors `proxy` raises on purpose (beside the builtin type callers already catch)."""
+
+
+class BadReply(ProxyError):
     """The upstream answered 2xx with something that is not a reply of the kind asked for."""
 
 

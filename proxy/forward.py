@@ -26,6 +26,7 @@ import httpx
 from proxy import errors
 from proxy.asgi import Flight, Receive, Responder, watch_disconnect
 from proxy.codec import StreamDecoder, decode_body
+from proxy.errors import ProxyError
 from proxy.exchange import Exchange
 from proxy.headers import response_headers, upstream_headers
 from proxy.record import Call, Spill
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 _FINAL_SEND_S = 5.0  # the longest the proxy waits on a client that stopped reading, once the call is over
 
 
-class SpillFailed(Exception):
+class SpillFailed(ProxyError):
     def __init__(self, error: OSError) -> None:
         super().__init__(f"the proxy cannot record this call: {error.strerror or error}")
         self.error = error

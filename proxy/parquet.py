@@ -23,6 +23,7 @@ import zstandard
 
 import records
 from proxy.codec import decode_iter
+from proxy.errors import ProxyError
 from proxy.record import Call
 from wire.assemble import Assembled, assemble, summarize
 from wire.client_view import client_view
@@ -33,7 +34,7 @@ _TEXT_MAX = 1 << 20  # an unassembled stream's text kept in `response_json` (all
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class _DecodeFailed(Exception):
+class _DecodeFailed(ProxyError):
     pass
 
 

@@ -34,12 +34,13 @@ from tenacity import (
 
 from clikit import settings_command
 from proxy.config import ProxySettings
+from proxy.errors import ProxyError
 from records.storage import Store
 
 log = logging.getLogger(__name__)
 
 
-class _Gone(FileNotFoundError):
+class _Gone(ProxyError, FileNotFoundError):
     """The part left the folder meanwhile: another uploader of the same folder took it."""
 
 

@@ -10,10 +10,11 @@ import json
 from typing import Any
 
 from proxy.codec import TooLarge, Unsupported, decode_iter, layers
+from proxy.errors import ProxyError
 from proxy.routes import Api, Route
 
 
-class Rejected(Exception):
+class Rejected(ProxyError):
     def __init__(self, status: int, reason: str, body: bytes = b"") -> None:
         super().__init__(reason)
         self.status = status

@@ -24,11 +24,13 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from records.errors import RecordsError
+
 # Where call records may sit under a URL, most specific first (the same rule as records.io.calls_dir).
 CALLS_SUBDIRS = ("dataset/data/calls", "data/calls", "calls")
 
 
-class StorageError(RuntimeError):
+class StorageError(RecordsError, RuntimeError):
     """An upload or read did not complete (network, credentials, a size that does not match)."""
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from sandboxes.errors import SandboxError
 from sandboxes.labels import owner_alive, owner_token, process_start_time
 
 RUNS_DIR = "runs"
@@ -114,7 +115,7 @@ def dead_ledgers(data_dir: Path) -> list[tuple[Path, RunLedger]]:
     return [(p, rec) for p, rec in read_ledgers(data_dir) if not owner_alive(rec.owner)]
 
 
-class DataDirBusy(RuntimeError):
+class DataDirBusy(SandboxError, RuntimeError):
     """Another live run holds the data folder."""
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 
+from serving.errors import ServingError
 from serving.launch import SMOLLM2, TINY_QWEN3, VllmServer
 from serving.venv import availability
 from standin.loading import cache_root, smollm2_folder, tiny_qwen3_folder
 
 
-class ServeError(RuntimeError):
+class ServeError(ServingError, RuntimeError):
     """vLLM cannot be started here (not installed, or no model folder)."""
 
 

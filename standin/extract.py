@@ -43,6 +43,7 @@ from safetensors.torch import save_file
 from starlette.routing import Route
 
 from clikit import settings_command
+from standin.errors import StandinError
 from standin.loading import load_target
 from standin.model import Target
 from standin.server import TargetServer
@@ -180,7 +181,7 @@ class Extractor:
         }
 
 
-class _BadRequest(ValueError):
+class _BadRequest(StandinError, ValueError):
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
         self.param = param

@@ -10,11 +10,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from standin.engine import SamplingParams
+from standin.errors import StandinError
 
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
 
 
-class OpenAIError(Exception):
+class OpenAIError(StandinError):
     """An error answered as vLLM answers it: `{"error": {message, type, param, code}}`."""
 
     def __init__(self, status: int, message: str, param: str | None = None) -> None:

@@ -16,10 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainer.errors import TrainerError
 from trainer.sources.vllm import VllmSourceSettings
 
 
-class ConfigError(ValueError):
+class ConfigError(TrainerError, ValueError):
     """A run config that does not validate; the message names every offending key."""
 
 

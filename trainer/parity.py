@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from clikit import settings_command
 from serving.venv import availability
 from standin import Target, load_target
+from trainer.errors import TrainerError
 from trainer.evaluate import Prompt, evaluate, held_out_prompts
 from trainer.replay.bench import BenchSettings, Server, served
 from trainer.replay.calls import ReplayError
@@ -235,5 +236,5 @@ def parity_command(
             raise typer.Exit(1)
 
 
-class ParityError(RuntimeError):
+class ParityError(TrainerError, RuntimeError):
     """The gate could not be run (an endpoint refused, no prompts, no counters)."""

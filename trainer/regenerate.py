@@ -40,6 +40,7 @@ from records.schema import CallRecord
 from standin import load_target
 from trainer.data.build import heldout_call_ids
 from trainer.data.records import CallExample, load_examples, read_rows
+from trainer.errors import TrainerError
 from trainer.replay.bench import BenchSettings, Server, bench_engine, served
 
 
@@ -75,7 +76,7 @@ class RegenerateSettings(BaseModel):
     timeout: float = Field(default=1800.0, gt=0, description="Seconds one request may take.")
 
 
-class RegenerateError(Exception):
+class RegenerateError(TrainerError):
     """A refusal the command reports in one sentence."""
 
 

@@ -15,12 +15,14 @@ from urllib.parse import urlencode
 import httpx
 import tenacity
 
+from factory.errors import FactoryError
+
 log = logging.getLogger(__name__)
 
 API_URL = "https://api.github.com"
 
 
-class GitHubError(RuntimeError):
+class GitHubError(FactoryError, RuntimeError):
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status

@@ -13,6 +13,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from factory.errors import FactoryError
+
 # SPDX identifiers accepted in repos.yaml (the ones open-source repositories actually use).
 SPDX_IDS = frozenset(
     [
@@ -66,7 +68,7 @@ DEFAULT_PATH = Path(__file__).resolve().parents[2] / "repos.yaml"
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
 
 
-class RegistryError(ValueError):
+class RegistryError(FactoryError, ValueError):
     """repos.yaml is unreadable or invalid; the message names the entry and field."""
 
 

@@ -34,7 +34,7 @@ from factory.ingest.translate_text import (
     LATIN,
     PLACEHOLDER,
     Checks,
-    Rejected,
+    TranslationRejected,
     language_of,
     mask,
     paragraphs,
@@ -44,8 +44,18 @@ from factory.ingest.translate_text import (
     validate,
 )
 
-__all__ = ["Checks", "Rejected", "Result", "Translator", "mask", "prose", "translate_in_background",
-           "translate_missing", "unmask", "validate"]  # fmt: skip
+__all__ = [
+    "Checks",
+    "Result",
+    "TranslationRejected",
+    "Translator",
+    "mask",
+    "prose",
+    "translate_in_background",
+    "translate_missing",
+    "unmask",
+    "validate",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -130,13 +140,13 @@ class Translator:
         return strip_reasoning(str(r.json()["choices"][0]["message"]["content"] or ""))
 
     def translate_text(self, text: str) -> tuple[str, int]:
-        """(translation, attempts); raises Rejected with the last reason."""
+        """(translation, attempts); raises TranslationRejected with the last reason."""
         masked, spans = mask(text)
         prose_only = PLACEHOLDER.sub(" ", masked)
         if not LATIN.search(prose_only):
             source = language_of(prose_only)
             if source not in (None, "english"):
-                raise Rejected(f"the source reads as {source}, not English")
+                raise TranslationRejected(f"the source reads as {source}, not English")
             return text, 0
         reason = None
         for attempt in range(1, self.max_attempts + 1):
@@ -145,10 +155,10 @@ class Translator:
                 translated = unmask("".join(pieces).strip(), spans)
                 validate(text, translated, self.checks)
                 return translated, attempt
-            except Rejected as exc:
+            except TranslationRejected as exc:
                 reason = str(exc)
                 log.info("translation attempt %d rejected: %s", attempt, reason)
-        raise Rejected(reason or "rejected")
+        raise TranslationRejected(reason or "rejected")
 
     def _piece(self, piece: str, attempt: int, feedback: str | None) -> str:
         """One piece (whole paragraphs, with their trailing blank lines) translated, its placeholders kept."""
@@ -159,7 +169,7 @@ class Translator:
         want, got = Counter(PLACEHOLDER.findall(body)), Counter(PLACEHOLDER.findall(out))
         if want != got:
             lost = sorted(set(want) - set(got), key=int)
-            raise Rejected(
+            raise TranslationRejected(
                 f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in lost[:5])}" if lost
                 else f"placeholder(s) invented or repeated: {', '.join(f'⟦{i}⟧' for i in sorted(got - want, key=int)[:5])}"
             )  # fmt: skip
@@ -172,7 +182,7 @@ class Translator:
             attempts += n
             t_body, n = self.translate_text(body)
             attempts += n
-        except Rejected as exc:
+        except TranslationRejected as exc:
             return Result(False, None, None, str(exc), attempts + self.max_attempts)
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
             return Result(False, None, None, f"endpoint error: {exc!r}"[:500], attempts + 1)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from lingua import Language, LanguageDetector, LanguageDetectorBuilder
 
+from factory.errors import FactoryError
+
 FENCE = re.compile(r"^([ \t]*)(```+|~~~+)[^\n]*\n.*?^\1\2[ \t]*$", re.M | re.S)
 INLINE = re.compile(r"`[^`\n]+`")
 URL = re.compile(r"\bhttps?://[^\s<>()\[\]`\"']+[^\s<>()\[\]`\"'.,;:!?]")
@@ -32,7 +34,7 @@ HANGUL = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]")
 LATIN = re.compile(r"[A-Za-z]")
 
 
-class Rejected(ValueError):
+class TranslationRejected(FactoryError, ValueError):
     """A translation attempt failed validation; the message is the reason."""
 
 
@@ -60,7 +62,7 @@ def strip_reasoning(answer: str) -> str:
     """The answer without a reasoning target's ``<think>…</think>`` block; an unclosed one is a rejection."""
     out = THINK.sub("", answer)
     if "<think>" in out:
-        raise Rejected("the answer is an unfinished reasoning block (no </think>)")
+        raise TranslationRejected("the answer is an unfinished reasoning block (no </think>)")
     return out
 
 
@@ -88,9 +90,11 @@ def unmask(text: str, spans: list[str]) -> str:
     missing = [i for i in range(len(spans)) if seen[i] == 0]
     extra = [i for i, n in seen.items() if i >= len(spans) or n > 1]
     if missing:
-        raise Rejected(f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in missing[:5])}")
+        raise TranslationRejected(f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in missing[:5])}")
     if extra:
-        raise Rejected(f"placeholder(s) invented or repeated: {', '.join(f'⟦{i}⟧' for i in extra[:5])}")
+        raise TranslationRejected(
+            f"placeholder(s) invented or repeated: {', '.join(f'⟦{i}⟧' for i in extra[:5])}"
+        )
     return PLACEHOLDER.sub(lambda m: spans[int(m.group(1))], text)
 
 
@@ -133,16 +137,16 @@ class Checks:
 
 
 def validate(source: str, translated: str, checks: Checks = Checks()) -> None:
-    """Raise :class:`Rejected` with the reason when ``translated`` is not an acceptable translation."""
+    """Raise :class:`TranslationRejected` with the reason when ``translated`` is not an acceptable translation."""
     if not translated.strip() and source.strip():
-        raise Rejected("empty translation")
+        raise TranslationRejected("empty translation")
     if [m.group(0) for m in FENCE.finditer(source)] != [m.group(0) for m in FENCE.finditer(translated)]:
-        raise Rejected("code blocks differ from the source")
+        raise TranslationRejected("code blocks differ from the source")
     src_wo, tr_wo = FENCE.sub("", source), FENCE.sub("", translated)
     if Counter(INLINE.findall(src_wo)) != Counter(INLINE.findall(tr_wo)):
-        raise Rejected("inline code differs from the source")
+        raise TranslationRejected("inline code differs from the source")
     if Counter(URL.findall(src_wo)) != Counter(URL.findall(tr_wo)):
-        raise Rejected("URLs differ from the source")
+        raise TranslationRejected("URLs differ from the source")
     sp, tp = prose(source), prose(translated)
     src_letters = len(LATIN.findall(sp))
     if src_letters == 0:
@@ -150,10 +154,12 @@ def validate(source: str, translated: str, checks: Checks = Checks()) -> None:
     hangul, latin = len(HANGUL.findall(tp)), len(LATIN.findall(tp))
     share = hangul / max(1, hangul + latin)
     if share < checks.min_hangul:
-        raise Rejected(f"Hangul share {share:.2f} < {checks.min_hangul}")
+        raise TranslationRejected(f"Hangul share {share:.2f} < {checks.min_hangul}")
     detected = language_of(tp)
     if detected not in (None, "korean"):
-        raise Rejected(f"the translation reads as {detected}, not Korean")
+        raise TranslationRejected(f"the translation reads as {detected}, not Korean")
     ratio = len(tp.strip()) / max(1, len(sp.strip()))
     if not checks.min_ratio <= ratio <= checks.max_ratio:
-        raise Rejected(f"length ratio {ratio:.2f} outside [{checks.min_ratio}, {checks.max_ratio}]")
+        raise TranslationRejected(
+            f"length ratio {ratio:.2f} outside [{checks.min_ratio}, {checks.max_ratio}]"
+        )

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from factory.errors import FactoryError
 
-class InfraError(RuntimeError):
+
+class InfraError(FactoryError, RuntimeError):
     """The session could not run for a reason outside the agent (Docker, git, network): retried."""
 
 

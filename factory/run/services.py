@@ -24,6 +24,7 @@ import httpx
 from pydantic import BaseModel, Field
 from rich.console import Console
 
+from factory.errors import FactoryError
 from records.storage import Store
 from sandboxes.ledger import Ledger
 from serving.check import TargetCheck, check_target
@@ -280,9 +281,9 @@ def upload_to_store(data_dir: Path, store_url: str) -> str:
     )
 
 
-class TargetRefused(RuntimeError):
+class TargetRefused(FactoryError, RuntimeError):
     """The target would refuse the agents' calls (no tool parser, a template without tools, a short context)."""
 
 
-class StoreUnavailable(RuntimeError):
+class StoreUnavailable(FactoryError, RuntimeError):
     """Rolled parts could not be uploaded to the store (they stay in the data dir)."""

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from factory.db import Issue, Repo, Translation, connect, session_factory
 from factory.ingest.translate import (
     Checks,
-    Rejected,
+    TranslationRejected,
     Translator,
     mask,
     translate_in_background,
@@ -125,13 +125,13 @@ def test_validate_catches_changed_code_even_without_placeholders():
     ko = fake_korean(mask(BODY)[0])
     good = unmask(ko, mask(BODY)[1])
     validate(BODY, good)
-    with pytest.raises(Rejected, match="code blocks"):
+    with pytest.raises(TranslationRejected, match="code blocks"):
         validate(BODY, good.replace("hangs forever", "멈춤"))
-    with pytest.raises(Rejected, match="inline code"):
+    with pytest.raises(TranslationRejected, match="inline code"):
         validate(BODY, good.replace("`retry_count`", "`재시도`"))
-    with pytest.raises(Rejected, match="URLs"):
+    with pytest.raises(TranslationRejected, match="URLs"):
         validate(BODY, good.replace("https://example.com/docs/setup.html", "https://example.org"))
-    with pytest.raises(Rejected, match="Hangul"):
+    with pytest.raises(TranslationRejected, match="Hangul"):
         validate(BODY, BODY, Checks(min_hangul=0.3))
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from records.io import read_batches
 from records.schema import COLUMNS as RECORD_COLUMNS
 from standin.model import Target
+from trainer.errors import TrainerError
 from wire import anthropic_to_chat_request, responses_to_chat_request
 
 # Columns read from the call records (the proxy's Parquet, or the factory's exported dataset).
@@ -77,7 +78,7 @@ class Report:
         }
 
 
-class Excluded(Exception):
+class Excluded(TrainerError):
     """A row that does not become training data, and why (a short, countable reason)."""
 
 

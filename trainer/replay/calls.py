@@ -19,10 +19,11 @@ import pyarrow.parquet as pq
 
 from trainer.data.build import stable_fraction
 from trainer.data.records import read_rows
+from trainer.errors import TrainerError
 from wire import anthropic_to_chat_request, responses_to_chat_request
 
 
-class ReplayError(Exception):
+class ReplayError(TrainerError):
     """A refusal or a failure the replay reports in one sentence (no traceback)."""
 
 

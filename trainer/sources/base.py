@@ -15,8 +15,10 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from trainer.errors import TrainerError
 
-class FeatureError(RuntimeError):
+
+class FeatureError(TrainerError, RuntimeError):
     """A source could not produce a complete, checked feature set; nothing partial is returned."""
 
 

@@ -1,0 +1,55 @@
+"""One exception base per package, and no two exceptions of the project with one name: a caller catches a
+package's own errors by its base, and a traceback's class name says which package raised it."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from collections import Counter
+
+import pytest
+
+from factory.errors import FactoryError
+from proxy.errors import ProxyError
+from records.errors import RecordsError
+from sandboxes.errors import SandboxError
+from serving.errors import ServingError
+from standin.errors import StandinError
+from trainer.errors import TrainerError
+
+BASES: dict[str, type[Exception]] = {
+    "records": RecordsError,
+    "standin": StandinError,
+    "serving": ServingError,
+    "sandboxes": SandboxError,
+    "proxy": ProxyError,
+    "trainer": TrainerError,
+    "factory": FactoryError,
+}
+
+
+def raised_here(package: str) -> list[type[BaseException]]:
+    """The exception classes defined in `package`'s modules (not the ones they import)."""
+    root = importlib.import_module(package)
+    found = []
+    for info in pkgutil.walk_packages(root.__path__, f"{package}."):
+        if ".migrations." in info.name or info.name.endswith("__main__"):  # alembic scripts; CLIs that run
+            continue
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseException) and cls.__module__ == info.name:
+                found.append(cls)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(BASES))
+def test_every_exception_of_a_package_derives_from_its_base(package: str) -> None:
+    classes = raised_here(package)
+    strays = [f"{c.__module__}.{c.__qualname__}" for c in classes if not issubclass(c, BASES[package])]
+    assert strays == []
+
+
+def test_no_two_exceptions_share_a_name() -> None:
+    names = Counter(c.__name__ for package in BASES for c in raised_here(package))
+    assert [n for n, k in names.items() if k > 1] == []
