@@ -72,11 +72,15 @@ def run(
         raise typer.Exit(2)
     if ray:
         # Ray is an optional heavy dependency (the `cluster` extra): imported only when --ray is given.
-        from factory.run.ray_runner import run_from_cli
+        from factory.run.ray_runner import run_on_cluster
 
         try:
-            summary = run_from_cli(_sessions(db, data_dir), settings, data_dir, address=ray, store_url=store_url,
-                                   upstream=upstream, upstream_api=upstream_api, console=console)  # fmt: skip
+            summary = run_on_cluster(
+                _sessions(db, data_dir), settings.config(proxy_url="ray://node-proxy", data_dir=data_dir),
+                address=ray, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
+                runner=settings.runner, model=settings.model, image=settings.image,
+                time_limit_s=settings.session_timeout, console=console,
+            )  # fmt: skip
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from None

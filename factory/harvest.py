@@ -193,17 +193,18 @@ def _sessions_stage(
             concurrency=opts.translate_concurrency, on_done=_planner(sessions, cfg, console),
         )  # fmt: skip
         if opts.ray:  # many hosts: Ray is imported only then (an optional heavy dependency)
-            from factory.run.ray_runner import run_for_harvest
+            from factory.run.ray_runner import run_on_cluster
 
             if not opts.target_url:
                 console.print("[yellow]ray[/] the CPU stand-in listens on this host's loopback: only nodes on "
                               "this host reach it; set TARGET_URL to a target every node reaches")  # fmt: skip
-            summary["run"] = run_for_harvest(sessions, address=opts.ray, store_url=opts.store_url,
-                                             upstream=opts.target_url or _target, runner=opts.runner, model=model,
-                                             upstream_api=opts.proxy_upstream_api(),
-                                             image=opts.image, time_limit_s=opts.session_timeout,
-                                             data_dir=opts.data_dir, limit=opts.limit, console=console,
-                                             more_coming=lambda: not translating.done())  # fmt: skip
+            cluster_cfg = RunConfig(proxy_url="ray://node-proxy", data_dir=opts.data_dir, limit=opts.limit)
+            summary["run"] = run_on_cluster(
+                sessions, cluster_cfg, address=opts.ray, store_url=opts.store_url,
+                upstream=opts.target_url or _target, upstream_api=opts.proxy_upstream_api(), runner=opts.runner,
+                model=model, image=opts.image, time_limit_s=opts.session_timeout, console=console,
+                more_coming=lambda: not translating.done(),
+            )  # fmt: skip
             summary["translated"] = _translated(translating, console)
             return summary
         session_runner = _session_runner(opts, model, ledger, console)

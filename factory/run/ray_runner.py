@@ -35,7 +35,7 @@ from factory.run import ray_node
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner, RunStats
 from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
-from factory.run.runners import RunnerName, RunOptions
+from factory.run.runners import RunnerName
 from factory.run.services import UpstreamApi
 
 log = logging.getLogger(__name__)
@@ -229,55 +229,32 @@ def run_cluster(
     return stats, {"proxies": reports, "done_by_node": dict(ray_runner.done_by_node)}
 
 
-def run_from_cli(
+def run_on_cluster(
     sessions: sessionmaker[OrmSession],
-    run_opts: RunOptions,
-    data_dir: Path,
+    cfg: RunConfig,
     *,
     address: str,
     store_url: str | None,
     upstream: str | None,
-    upstream_api: UpstreamApi = "native",
-    console: Console,
-) -> dict[str, Any]:
-    """`factory run --ray ADDRESS`: one worker thread per sandbox slot of the cluster (`--concurrency` is
-    the cluster's: the nodes' declared `sandbox` resources); returns a summary for the CLI to print."""
-    if not store_url:
-        raise ValueError("--store-url (DFLASH_STORE_URL) is required with --ray: where the nodes' calls land")
-    if not upstream:
-        raise ValueError("--upstream (TARGET_URL) is required with --ray: the target every node reaches")
-    opts = RayOptions(address=address, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
-                      session_runner=run_opts.runner, model=run_opts.model, image=run_opts.image, time_limit_s=run_opts.session_timeout)  # fmt: skip
-    cfg = run_opts.config(proxy_url="ray://node-proxy", data_dir=data_dir)
-    stats, reports = run_cluster(sessions, opts, cfg, progress_kw={"console": console})
-    return {"done": stats.done, "agent_failed": stats.agent_failed, "retries": stats.infra_retries,
-            "infra_failed": stats.infra_failed, "lost_leases": stats.lost_leases, **reports}  # fmt: skip
-
-
-def run_for_harvest(
-    sessions: sessionmaker[OrmSession],
-    *,
-    address: str,
-    store_url: str | None,
-    upstream: str,
     upstream_api: UpstreamApi,
     runner: RunnerName,
     model: str,
     image: str | None,
     time_limit_s: float | None,
-    data_dir: Path,
-    limit: int | None,
     console: Console,
     more_coming: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """`harvest --ray`: the harvest's sessions on the cluster (the rest of the harvest is unchanged)."""
+    """`factory run --ray ADDRESS` and `harvest --ray`: the sessions on the cluster, one worker thread per
+    sandbox slot (the nodes' declared `sandbox` resources set the concurrency); a summary to print."""
     if not store_url:
-        raise ValueError("--store-url is required with --ray: where the nodes' calls land")
-    ray_opts = RayOptions(address=address, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
-                          session_runner=runner, model=model, image=image, time_limit_s=time_limit_s)  # fmt: skip
-    cfg = RunConfig(proxy_url="ray://node-proxy", data_dir=data_dir, limit=limit)
+        raise ValueError("--store-url (DFLASH_STORE_URL) is required with --ray: where the nodes' calls land")
+    if not upstream:
+        raise ValueError("--upstream (TARGET_URL) is required with --ray: the target every node reaches")
+    opts = RayOptions(address=address, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
+                      session_runner=runner, model=model, image=image, time_limit_s=time_limit_s)  # fmt: skip
+    cfg = cfg.model_copy(update={"proxy_url": "ray://node-proxy"})
     stats, reports = run_cluster(
-        sessions, ray_opts, cfg, progress_kw={"console": console}, more_coming=more_coming
+        sessions, opts, cfg, progress_kw={"console": console}, more_coming=more_coming
     )
-    return {"done": stats.done, "agent_failed": stats.agent_failed, "infra_failed": stats.infra_failed,
-            "retries": stats.infra_retries, **reports}  # fmt: skip
+    return {"done": stats.done, "agent_failed": stats.agent_failed, "retries": stats.infra_retries,
+            "infra_failed": stats.infra_failed, "lost_leases": stats.lost_leases, **reports}  # fmt: skip
