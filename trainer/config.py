@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainer.errors import TrainerError
+from trainer.launch import Launch
 from trainer.sources.vllm import VllmSourceSettings
 
 
@@ -161,7 +162,9 @@ class TrainConfig(BaseModel):
     eval_max_new_tokens: int = Field(64, ge=1, description="Tokens generated per held-out prompt.")
     eval_max_prompt_len: int = Field(2048, ge=1, description="Longest held-out prompt.")
     # launch settings for `python -m trainer submit` (not used by training itself)
-    launch: dict[str, Any] = Field(default_factory=dict, description="How `submit` launches the run.")
+    launch: Launch = Field(
+        default_factory=lambda: Launch.model_validate({}), description="How `submit` launches the run."
+    )
 
     @classmethod
     def load(
@@ -211,7 +214,7 @@ RENAMED = {"markov_rank": "head_rank", "confidence_weight": "head_weight"}
 
 def describe(exc: ValidationError) -> str:
     """One line per problem, naming the key (unknown keys together)."""
-    unknown = [str(e["loc"][0]) for e in exc.errors() if e["type"] == "extra_forbidden"]
+    unknown = [".".join(map(str, e["loc"])) for e in exc.errors() if e["type"] == "extra_forbidden"]
     lines = [f"unknown config keys: {', '.join(unknown)}"] if unknown else []
     for e in exc.errors():
         if e["type"] != "extra_forbidden":

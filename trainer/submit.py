@@ -20,74 +20,20 @@ import shlex
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
 from trainer.config import ConfigError, TrainConfig, run_name
+from trainer.launch import Launch
 
 CONFIGS = Path(__file__).parent / "configs"
 BACKENDS = ("local", "slurm", "k8s")
 PORT = 29500
-
-
-class SlurmOptions(BaseModel):
-    """`launch.slurm`: the batch job's resources (both `submit` and `submit-extract` read these)."""
-
-    model_config = ConfigDict(extra="forbid")
-    partition: str | None = None
-    time: str = "24:00:00"
-    account: str | None = None
-    cpus_per_task: int = 16
-    mem: str = "0"
-    extra: list[str] = Field(default_factory=list, description="More #SBATCH lines, e.g. --qos=high.")
-
-
-class K8sOptions(BaseModel):
-    """`launch.k8s`: the Job's image, namespace and resources."""
-
-    model_config = ConfigDict(extra="forbid")
-    image: str = "dflash-factory:latest"
-    namespace: str = "default"
-    gpu_resource: str = "nvidia.com/gpu"
-    cpu: str = "16"
-    memory: str = "128Gi"
-    volume_claim: str | None = None
-    mount: str = "/workspace"
-    grace_seconds: int = 300
-
-
-@dataclass
-class Launch:
-    backend: str = "local"
-    accelerate: str = "single"  # single | ddp | fsdp
-    nodes: int = 1
-    gpus_per_node: int = 1
-    workdir: str = "."  # where the repository lives on the nodes
-    setup: str = ""  # shell run before launching (e.g. `source .venv/bin/activate`)
-    slurm: SlurmOptions = field(default_factory=SlurmOptions)
-    k8s: K8sOptions = field(default_factory=K8sOptions)
-
-    def __post_init__(self) -> None:
-        # from a config's `launch:` mapping: a misspelt key is refused by name (launch.slurm.partiton)
-        for key, model in (("slurm", SlurmOptions), ("k8s", K8sOptions)):
-            value = getattr(self, key)
-            if isinstance(value, model):
-                continue
-            try:
-                setattr(self, key, model.model_validate(value or {}))
-            except ValidationError as exc:
-                bad = [f"launch.{key}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-                raise typer.BadParameter("; ".join(bad)) from None
-
-    @property
-    def processes(self) -> int:
-        return self.nodes * self.gpus_per_node
 
 
 def accelerate_command(
@@ -242,15 +188,13 @@ def submit(
     cfg = TrainConfig.load(config, overrides or [])
     # launch.* only shapes the job; the training command gets the rest
     overrides = [o for o in overrides or [] if not o.strip().startswith("launch")]
-    fields = dict(cfg.launch)
-    if "extract" in fields:  # the two-part job (vLLM extraction + trainer): trainer/submit_extract.py
+    if cfg.launch.extract is not None:  # the two-part job (vLLM extraction + trainer): submit_extract.py
         raise typer.BadParameter(
             "this config has launch.extract: submit it with `python -m trainer submit-extract`"
         )
-    launch = Launch(**{k: v for k, v in fields.items() if k in Launch.__dataclass_fields__})
-    launch.backend = backend or launch.backend
-    if launch.backend not in BACKENDS:
+    if backend is not None and backend not in BACKENDS:
         raise typer.BadParameter(f"backend must be one of {BACKENDS}")
+    launch = cfg.launch.model_copy(update={"backend": backend or cfg.launch.backend})
     name = run_name(cfg)
     if not cfg.name:  # every node (and a requeued job) must write to the same run directory
         overrides.append(f"name={name}")

@@ -27,23 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from clikit import settings_command
 from standin.taps import default_target_layer_ids
 from trainer.config import TrainConfig, run_name
+from trainer.launch import ExtractLaunch, Launch
 from trainer.sources.numbering import to_vllm
-from trainer.submit import Launch, accelerate_command
-
-
-class ExtractLaunch(BaseModel):
-    """The run config's `launch.extract` section: the vLLM half of the job."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(..., description="What vLLM serves: the target's Hugging Face id or path.")
-    num_target_layers: int = Field(..., ge=2, description="The target's decoder layers (its config.json).")
-    gpus: int = Field(1, ge=1, description="GPUs of the vLLM server (its tensor parallel size).")
-    port: int = Field(8000, description="The server's port.")
-    storage: str = Field(..., description="The shared directory for hidden-state files (same path on both).")
-    image: str = Field("vllm/vllm-openai:latest", description="Kubernetes: the vLLM container image.")
-    setup: str = Field("", description="Shell run before `vllm serve` (e.g. activating vLLM's environment).")
-    extra_args: list[str] = Field(default_factory=list, description="More `vllm serve` arguments.")
+from trainer.submit import accelerate_command
 
 
 def aux_ids(cfg: TrainConfig, ext: ExtractLaunch) -> list[int]:
@@ -211,11 +197,10 @@ def render(settings: SubmitExtractSettings) -> tuple[str, Path]:
         cfg.name = run_name(cfg)
         overrides.append(f"name={cfg.name}")
     out = Path(cfg.runs_dir) / cfg.name / "submit"
-    launch_fields = {k: v for k, v in cfg.launch.items() if k in Launch.__dataclass_fields__}
-    launch = Launch(**launch_fields)
-    if "extract" not in cfg.launch:
+    launch = cfg.launch
+    ext = launch.extract
+    if ext is None:
         raise typer.BadParameter(f"{settings.config}: no launch.extract section (the vLLM half of the job)")
-    ext = ExtractLaunch.model_validate(cfg.launch["extract"])
     if settings.backend == "slurm":
         return sbatch_script(cfg, launch, ext, str(settings.config), overrides), out / "train-extract.sbatch"
     if settings.backend == "k8s":

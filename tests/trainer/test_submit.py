@@ -7,11 +7,12 @@ import stat
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
 from typer.testing import CliRunner
 
 from trainer.cli import app
+from trainer.config import ConfigError, TrainConfig
+from trainer.launch import K8sOptions, SlurmOptions
 from trainer.submit import submit
 
 CONFIG = Path("trainer/configs/train.yaml")
@@ -112,12 +113,13 @@ def test_unknown_backend_is_refused() -> None:
 
 
 def test_a_misspelt_slurm_or_k8s_key_is_refused_by_name() -> None:
-    from trainer.submit import K8sOptions, Launch, SlurmOptions
-
-    with pytest.raises(typer.BadParameter, match=r"launch\.slurm\.partiton"):
-        Launch(slurm={"partiton": "gpu"})  # type: ignore[arg-type]
-    with pytest.raises(typer.BadParameter, match=r"launch\.k8s\.grace_seconds"):
-        Launch(k8s={"grace_seconds": "soon"})  # type: ignore[arg-type]
-    launch = Launch(slurm={"partition": "gpu"}, k8s=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"unknown config keys: launch\.slurm\.partiton"):
+        TrainConfig.validated({"launch": {"slurm": {"partiton": "gpu"}}})
+    with pytest.raises(ConfigError, match=r"config key launch\.k8s\.grace_seconds"):
+        TrainConfig.validated({"launch": {"k8s": {"grace_seconds": "soon"}}})
+    with pytest.raises(ConfigError, match=r"config key launch\.backend"):
+        TrainConfig.validated({"launch": {"backend": "lsf"}})
+    launch = TrainConfig.validated({"launch": {"slurm": {"partition": "gpu"}}}).launch
     assert launch.slurm == SlurmOptions(partition="gpu")  # the rest are the documented defaults
     assert launch.k8s == K8sOptions()
+    assert launch.extract is None

@@ -81,7 +81,9 @@ def test_config_loads_yaml_and_overrides(tmp_path: Path) -> None:
     assert c.block_size == 8
     assert c.lr == 1e-4
     assert c.target_layer_ids == [1, 5]
-    assert c.launch == {"nodes": 4, "k8s": {"cpu": "4"}}
+    assert c.launch.nodes == 4
+    assert c.launch.k8s.cpu == "4"
+    assert c.launch.k8s.memory == "128Gi"  # the rest: the documented defaults
     with pytest.raises(ValueError, match="unknown config keys"):
         TrainConfig.load(None, ["blocksize=8"])
     for name in ("cpu.yaml", "train.yaml"):  # the shipped configs are valid
