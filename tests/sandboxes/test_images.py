@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from docker.models.images import ImageCollection
 
@@ -23,9 +25,12 @@ def test_an_unchanged_image_is_not_rebuilt(docker_client, agents_image: str, mon
     logged: list[str] = []
     # Every way an image gets made is recorded instead of run: a docker build, a pull, debootstrap.
     made: list[str] = []
-    monkeypatch.setattr(
-        docker_client.api, "build", lambda *a, **kw: made.append(f"build {kw.get('tag')}") or iter(())
-    )
+
+    def build_stream(*_a: object, **kw: object) -> Iterator[dict[str, str]]:
+        made.append(f"build {kw.get('tag')}")
+        return iter(())
+
+    monkeypatch.setattr(docker_client.api, "build", build_stream)
     monkeypatch.setattr(ImageCollection, "pull", lambda self, *a, **kw: made.append(f"pull {a}"))
     monkeypatch.setattr(build.subprocess, "run", lambda cmd, *a, **kw: made.append(f"run {cmd[0]}"))
     assert build_agents(docker_client, settings, log=logged.append) == agents_image == agents_tag(settings)
