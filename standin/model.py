@@ -101,11 +101,6 @@ class Target:
         return template
 
     @property
-    def supports_tools(self) -> bool:
-        """The chat template renders `tools` (SmolLM2's ChatML template silently ignores them)."""
-        return "tools" in self.chat_template
-
-    @property
     def tool_call_format(self) -> str | None:
         """'hermes' when the template asks for `<tool_call>{json}</tool_call>` (Qwen3), else None."""
         return "hermes" if "<tool_call>" in self.chat_template else None

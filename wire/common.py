@@ -77,10 +77,6 @@ class Notes:
         return [FieldNote(p, a, d, c) for (p, a, d), c in self._counts.items()]
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex[:24]}"
-
-
 def id_base(chat_id: Any) -> str:
     """The distinctive part of a chat completion id (`chatcmpl-abc` → `abc`), or a fresh one."""
     if isinstance(chat_id, str) and chat_id:

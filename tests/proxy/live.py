@@ -55,10 +55,11 @@ def scripted_upstream(apis: str = "all") -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def proxy_server(upstream: str, data_dir: Path, *extra: str) -> Iterator[LiveProxy]:
+def proxy_server(upstream: str, data_dir: Path, *extra: str, log: Path | None = None) -> Iterator[LiveProxy]:
+    """`python -m proxy serve` for the block; with `log`, its log (stderr) is appended to that file."""
     port = free_port()
     args = ["-m", "proxy", "serve", "--upstream", upstream, "--port", str(port), "--data-dir", str(data_dir)]
     with background(
-        [*args, "--segment-max-age-s", "0.5", *extra], f"http://127.0.0.1:{port}/healthz"
+        [*args, "--segment-max-age-s", "0.5", *extra], f"http://127.0.0.1:{port}/healthz", stderr=log
     ) as proc:
         yield LiveProxy(f"http://127.0.0.1:{port}", data_dir, proc)

@@ -5,6 +5,7 @@ before the fix (see docs/BENCHMARKS.md, "Proxy hardening probe")."""
 from __future__ import annotations
 
 import json
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 MSG = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "go"}]}
+HANG_GUARD_S = 60  # a hang guard only: these tests check what the server did, not how fast
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,20 @@ def read_reply(sock: socket.socket, timeout: float = 10) -> bytes:
     except (TimeoutError, ConnectionResetError):
         pass
     return data
+
+
+def read_until_closed(sock: socket.socket, timeout: float = HANG_GUARD_S) -> tuple[bytes, bool]:
+    """(what the server sent, whether the server closed the connection) — False: still open at `timeout`."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        return data, False
+    except ConnectionResetError:
+        pass
+    return data, True
 
 
 def upstream_requests(upstream: str) -> list:
@@ -110,14 +126,13 @@ def test_a_body_shorter_than_its_content_length_times_out_with_a_record(upstream
     with proxy_server(upstream, tmp_path / "data", "--body-timeout-s", "1") as proxy:
         sock = connect(proxy.url)
         sock.sendall(b'POST /s/short/v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"model"')
-        t0 = time.monotonic()
-        reply = read_reply(sock)
-        took = time.monotonic() - t0
+        reply, closed = read_until_closed(sock)
         sock.close()
         assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
-        assert took < 4
+        assert closed, "the connection stayed open after the 408 (the rest of the body was still awaited)"
         (row,) = proxy.rows(session_id="short")
     assert (row["outcome"], row["status_code"]) == ("rejected", 408)
+    assert "not received within 1 s" in row["error"]  # the --body-timeout-s deadline, no other, refused it
     assert row["request_json"] == '{"model"'
 
 
@@ -128,24 +143,34 @@ def test_a_slowloris_head_and_a_silent_connection_are_cut_off(upstream, tmp_path
         silent = connect(proxy.url)
         slow = connect(proxy.url)
         slow.sendall(b"POST /v1/messages HTTP/1.1\r\n")
-        t0 = time.monotonic()
-        closed_at = None
-        try:
-            for i in range(40):
+        # A header every 0.25 s, never the blank line that ends the head: only the head deadline (counted
+        # from the first byte, not from the last) can end this; the server answers 408 and closes.
+        deadline = time.monotonic() + HANG_GUARD_S
+        cut = b""
+        i = 0
+        while not cut:
+            assert time.monotonic() < deadline, (
+                f"hang guard: a dribbled head was not cut off in {HANG_GUARD_S} s"
+            )
+            try:
                 slow.sendall(b"x-%d: y\r\n" % i)
-                time.sleep(0.25)
-        except OSError:
-            closed_at = time.monotonic() - t0
-        assert closed_at is not None
-        assert closed_at < 4, closed_at
-        assert read_reply(silent, timeout=5).startswith(b"HTTP/1.1 408")
+            except OSError:
+                cut = read_reply(slow) or b"(reset)"
+                break
+            i += 1
+            if select.select([slow], [], [], 0.25)[0]:
+                cut = read_reply(slow) or b"(closed)"
+        assert cut.startswith(b"HTTP/1.1 408"), cut[:200]  # the head deadline's answer, then the close
+        reply, closed = read_until_closed(silent)
+        assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+        assert closed
         # An idle keep-alive connection is closed after --idle-timeout-s.
         kept = connect(proxy.url)
         kept.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        t0 = time.monotonic()
-        reply = read_reply(kept, timeout=5)
+        reply, closed = read_until_closed(kept)
         assert b"200 OK" in reply
-        assert time.monotonic() - t0 < 3
+        assert b"connection: close" not in reply.lower()  # kept alive after the answer...
+        assert closed, "an idle keep-alive connection was never closed"  # ...until it idled out
         for s in (silent, slow, kept):
             s.close()
 
@@ -190,14 +215,15 @@ def test_sigterm_cuts_a_hung_stream_at_the_deadline_and_records_it(tmp_path):
             assert b"message_start" in first
             t0 = time.monotonic()
             proxy.proc.send_signal(signal.SIGTERM)
-            rest = b"".join(it)
+            rest = b"".join(it)  # the hung upstream never ends it: only the proxy's cut can
         cut_after = time.monotonic() - t0
-        proxy.proc.wait(timeout=15)
-        exited_after = time.monotonic() - t0
+        try:
+            proxy.proc.wait(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"hang guard: the proxy did not exit within {HANG_GUARD_S} s of SIGTERM")
     assert b"event: error" in rest
     assert b"shutting down" in rest
-    assert 0.8 < cut_after < 5, cut_after
-    assert exited_after < 10, exited_after
+    assert cut_after > 0.8, cut_after  # not before the 1 s deadline: the call had its time to finish
     assert proxy.proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once shut down
     (row,) = proxy.rows(session_id="hung")
     assert row["outcome"] == "timeout"
@@ -209,7 +235,8 @@ def test_a_full_disk_is_a_503_with_a_reason_and_no_acknowledged_call_is_lost(ups
     freed; then SIGTERM. Every call that got its answer is in Parquet, and none that did not."""
     data = small_disk / "data"
     big = "x" * 100_000
-    answered, refused = [], []
+    answered: list[int] = []
+    refused: list[int] = []
 
     def call(i: int, stream: bool) -> None:
         body = {**MSG, "messages": [{"role": "user", "content": big}], "stream": stream}

@@ -50,11 +50,19 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen[bytes] | N
 
 @contextlib.contextmanager
 def background(
-    args: list[str], ready_url: str, *, env: dict[str, str] | None = None, timeout: float = 60.0
+    args: list[str],
+    ready_url: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    stderr: Path | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `python -m ...`-style args in a subprocess until the block ends; kill it afterwards."""
+    """Run `python -m ...`-style args in a subprocess until the block ends; kill it afterwards. With
+    `stderr`, the process's stderr (its log) goes to that file (appended) instead of the test's."""
     cmd = [sys.executable, *args] if args[0] == "-m" else args
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **(env or {})})
+    with contextlib.ExitStack() as files:
+        err = files.enter_context(stderr.open("ab")) if stderr is not None else None
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **(env or {})}, stderr=err)
     try:
         wait_http(ready_url, timeout=timeout, proc=proc)
         yield proc
