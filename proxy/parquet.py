@@ -9,6 +9,7 @@ other calls of its segment.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -25,6 +26,7 @@ import records
 from proxy.codec import decode_iter
 from proxy.errors import ProxyError
 from proxy.record import Call
+from records.schema import CallRecord
 from wire.assemble import Assembled, assemble, summarize
 from wire.client_view import client_view
 
@@ -55,13 +57,13 @@ def clean(s: str | None) -> str | None:
 
 def to_row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
     try:
-        return _row(call, compressor)
+        return _row(call, compressor).as_row()
     except Exception as exc:
         log.warning("call %s: record could not be assembled: %r", call.call_id, exc)
-        return _bare_row(call, f"record could not be assembled: {exc!r}")
+        return _bare_row(call, f"record could not be assembled: {exc!r}").as_row()
 
 
-def _row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
+def _row(call: Call, compressor: zstandard.ZstdCompressor) -> CallRecord:
     is_stream = "text/event-stream" in (call.response_content_type or "")
     try:
         result, kept, raw_z = _read_response(call, compressor, is_stream, decode=True)
@@ -81,8 +83,8 @@ def _row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
             prompt_ids = None
     if body is not None:
         body = _without_ids(body)  # the ids have their own columns; keep response_json what the client saw
-    row = _bare_row(call, call.error or decode_error)
-    row.update(
+    return dataclasses.replace(
+        _bare_row(call, call.error or decode_error),
         stream=is_stream,
         response_json=_dumps(body) if body is not None else clean(_text(kept)),
         stream_raw_zstd=raw_z,
@@ -93,7 +95,6 @@ def _row(call: Call, compressor: zstandard.ZstdCompressor) -> dict[str, Any]:
         token_ids_source=source if prompt_ids is not None else None,
         finish_reason=clean(result.finish_reason) if isinstance(result.finish_reason, str) else None,
     )
-    return row
 
 
 def _read_response(
@@ -151,39 +152,40 @@ def _checked(row: dict[str, Any], call: Call) -> dict[str, Any]:
         pa.Table.from_pylist([row], schema=records.SCHEMA)
     except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
         log.warning("call %s: row refused by Arrow (%r); recording its facts only", call.call_id, exc)
-        return _bare_row(call, f"record could not be stored: {exc!r}")
+        return _bare_row(call, f"record could not be stored: {exc!r}").as_row()
     return row
 
 
-def _bare_row(call: Call, error: str | None) -> dict[str, Any]:
-    """The columns that come from the call's facts, not from its response."""
-    return {
-        "call_id": call.call_id,
-        "session_id": clean(call.session_id),
-        "agent": clean(call.agent),
-        "agent_session_id": clean(call.agent_session_id),
-        "user_agent": clean(call.user_agent),
-        "tag": clean(call.tag),
-        "api": call.api,
-        "method": call.method,
-        "path": clean(call.path),
-        "model": clean(call.model) if isinstance(call.model, str) else None,
-        "stream": "text/event-stream" in (call.response_content_type or ""),
-        "status_code": call.status_code,
-        "outcome": call.outcome,
-        "error": clean(error),
-        "request_json": clean(_text(call.request_body)),
-        "upstream_request_json": clean(_text(call.upstream_request_body)),
-        "response_content_encoding": clean(call.response_encoding),
-        "started_at": _ts(call.started_at),
-        "first_byte_at": _ts(call.first_byte_at),
-        "finished_at": _ts(call.finished_at),
-        "translated": call.translated,
-        "dropped_fields": [clean(f) for f in call.dropped_fields] or None,
-        "max_tokens_capped": call.max_tokens_capped,
-        "upstream": clean(call.upstream),
-        "proxy_id": clean(call.proxy_id),
-    }
+def _bare_row(call: Call, error: str | None) -> CallRecord:
+    """The columns that come from the call's facts, not from its response: a `CallRecord`, so a column
+    the record does not have is a TypeError here, never a silent null column."""
+    return CallRecord(
+        call_id=call.call_id,
+        session_id=clean(call.session_id),
+        agent=clean(call.agent),
+        agent_session_id=clean(call.agent_session_id),
+        user_agent=clean(call.user_agent),
+        tag=clean(call.tag),
+        api=call.api,
+        method=call.method,
+        path=clean(call.path),
+        model=clean(call.model) if isinstance(call.model, str) else None,
+        stream="text/event-stream" in (call.response_content_type or ""),
+        status_code=call.status_code,
+        outcome=call.outcome,
+        error=clean(error),
+        request_json=clean(_text(call.request_body)),
+        upstream_request_json=clean(_text(call.upstream_request_body)),
+        response_content_encoding=clean(call.response_encoding),
+        started_at=_ts(call.started_at),
+        first_byte_at=_ts(call.first_byte_at),
+        finished_at=_ts(call.finished_at),
+        translated=call.translated,
+        dropped_fields=[clean(f) or f for f in call.dropped_fields] or None,
+        max_tokens_capped=call.max_tokens_capped,
+        upstream=clean(call.upstream),
+        proxy_id=clean(call.proxy_id),
+    )
 
 
 def _dumps(body: Any) -> str | None:

@@ -76,7 +76,8 @@ class CallRecord:
     regenerated_from: Str = None
 
     def as_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The row for Arrow: the fields as they are (shallow: a prompt's 100k ids are not copied)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def _arrow_fields(cls: type) -> list[pa.Field]:
