@@ -163,7 +163,8 @@ def served(
             urls[label] = f"http://127.0.0.1:{port}"
         for (label, url), proc in zip(urls.items(), procs, strict=True):
             _wait(url, proc, s.startup_timeout, out / f"server-{label}.log")
-            typer.echo(f"{who}: {label} ({engine}) serving {target} on {url}", err=True)
+            by = servers[label].engine or engine  # a kind vLLM CPU cannot serve: our engine's server
+            typer.echo(f"{who}: {label} ({by}) serving {target} on {url}", err=True)
         yield urls
     finally:
         for proc in procs:
