@@ -113,7 +113,13 @@ class TargetServer:
         return Response(status_code=200)
 
     async def version(self) -> dict[str, str]:
-        return {"version": "dflash-factory-target", "strategy": self.engine.strategy.name}
+        # `engine` tells a reader of /version (the replay's report) that this is not vLLM, whose cards the
+        # stand-in otherwise imitates (owned_by "vllm")
+        return {
+            "version": "dflash-factory-target",
+            "engine": "stand-in",
+            "strategy": self.engine.strategy.name,
+        }
 
     async def prometheus(self) -> Response:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

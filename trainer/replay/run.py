@@ -114,9 +114,12 @@ async def engine_version(client: httpx.AsyncClient, url: str, card: dict[str, An
     """The engine and its version as the server reports them (vLLM's /version; its cards say owned_by)."""
     try:
         reply = await client.get(f"{url}/version")
-        version = reply.json().get("version") if reply.status_code == 200 else None
+        payload = reply.json() if reply.status_code == 200 else {}
+        version = payload.get("version")
     except (httpx.HTTPError, ValueError, AttributeError):
-        version = None
+        payload, version = {}, None
+    if payload.get("engine") == "stand-in":  # our engine, shaped like vLLM: said as what it is
+        return f"stand-in ({payload.get('strategy') or 'autoregressive'})"
     owner = str(card.get("owned_by") or "")
     name = "vLLM" if owner == "vllm" else owner or "unknown engine"
     return f"{name} {version}" if version else name

@@ -49,6 +49,9 @@ def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
     assert len(overall["per_position_acceptance"]) == 3  # block 4: three draft positions
 
     assert not report["refused"], report["problems"]
+    # the stand-in imitates vLLM's cards; the report still says which engine served each row
+    assert report["endpoints"]["dflash"]["engine"] == "stand-in (dflash)"
+    assert report["endpoints"]["base"]["engine"] == "stand-in (autoregressive)"
     levels = {lv["concurrency"]: lv["endpoints"] for lv in report["levels"]}
     assert set(levels) == {1, 2}
     for eps in levels.values():
