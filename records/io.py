@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from records.dataset import DELTA_COLUMNS, CallDeltaDecoder, expand, window_of
+from records.dataset_delta import DELTA_COLUMNS, CallDeltaDecoder, expand, window_of
+from records.dataset_read import IN_TRAJECTORY, TrajectoryCursor, trajectory_files, whole
 from records.schema import SCHEMA, schema_version
 from records.storage import calls_store, fsync_path, is_url, parquet_keys
 
@@ -99,9 +100,11 @@ def read_batches(
 ) -> Iterator[tuple[Path, pa.Table]]:
     """(file, table) batches of the call records under `path`, conformed; only `columns` that exist.
 
-    A published `calls` shard stores prompt ids and request bodies against earlier rows (records/dataset.py):
+    A published `calls` config stores each call's prompt ids and request as offsets into its trajectory
+    (records/dataset.py; the layout before it, as deltas against earlier rows: records/dataset_delta.py):
     `prompt_token_ids` and `request_json` are rebuilt here whole, file by file in stored order.
     `path` may be a storage URL (``s3://bucket/run``, records/storage.py): its parts are read in place."""
+    cursor: tuple[str, TrajectoryCursor] | None = None
     for f, ds in _datasets(path):
         version = schema_version(ds.schema)
         names = ds.schema.names
@@ -110,19 +113,25 @@ def read_batches(
             current = {LEGACY_NAMES.get(n, n): n for n in names}
             wanted = [current[c] for c in columns if c in current]
             wanted += [n for n in names if LEGACY_NAMES.get(n) in columns and n not in wanted]
-        encoded = "delta_ref" in names and (
-            columns is None or "prompt_token_ids" in columns or "request_json" in columns
-        )
-        helpers: list[str] = list(DELTA_COLUMNS) if encoded and columns is None else []
-        if encoded and wanted is not None:
-            rebuilt = ("call_id", *DELTA_COLUMNS, "prompt_token_ids", "request_json")
+        asked = columns is None or "prompt_token_ids" in columns or "request_json" in columns
+        layout = DELTA_COLUMNS if "delta_ref" in names else IN_TRAJECTORY if "trajectory_id" in names else ()
+        layout = layout if asked else ()
+        helpers: list[str] = list(layout) if layout and columns is None else []
+        if layout and wanted is not None:
+            rebuilt = ("call_id", *layout, "prompt_token_ids", "request_json")
             helpers = [c for c in rebuilt if c not in columns]  # type: ignore[operator]
-            wanted += [c for c in ("call_id", *DELTA_COLUMNS) if c not in wanted]
-        decoder = CallDeltaDecoder(window_of(ds.schema)) if encoded else None
+            wanted += [c for c in ("call_id", *layout) if c not in wanted]
+        decoder = CallDeltaDecoder(window_of(ds.schema)) if layout == DELTA_COLUMNS else None
+        if layout == IN_TRAJECTORY:
+            files = trajectory_files(f)
+            if cursor is None or cursor[0] != str(files):
+                cursor = (str(files), TrajectoryCursor(files))
         for batch in ds.to_batches(columns=wanted, batch_size=batch_size):
             table = conform(batch, version)
             if decoder is not None:
                 table = expand(table, decoder).drop_columns(helpers)
+            elif layout and cursor is not None:
+                table = whole(table, cursor[1]).drop_columns(helpers)
             yield f, table
 
 

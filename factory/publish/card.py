@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from records.dataset import DELTA_WINDOW
+from factory.publish.card_loading import CONFIGS, loading, schema_tables
+from records.dataset import DATASET_CALLS_SCHEMA, SEQUENCES_SCHEMA, SESSIONS_SCHEMA, TRAJECTORIES_SCHEMA
+
+SCHEMAS = {
+    "calls": DATASET_CALLS_SCHEMA,
+    "trajectories": TRAJECTORIES_SCHEMA,
+    "sequences": SEQUENCES_SCHEMA,
+    "sessions": SESSIONS_SCHEMA,
+}
 
 
 @dataclass
@@ -31,6 +39,11 @@ class ExportStats:
     split_by: str = "repository"
     split_note: str = ""
     tokenizer: str | None = None
+    tokenizer_sha256: str | None = None  # of the tokenizer's serialized form (tokenizer.json)
+    licenses: dict[str, str] = field(default_factory=dict)  # repository -> SPDX license
+    trajectories: int = 0
+    sequences: int = 0
+    supervised_tokens: int = 0  # loss_mask ones over `sequences`
     files: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes)
 
     @property
@@ -66,6 +79,8 @@ class ExportStats:
     def count_session(self, sess: dict[str, Any], split: str) -> None:
         self.sessions += 1
         self.sessions_by_split[split] += 1
+        if sess.get("repo"):
+            self.licenses[sess["repo"]] = sess.get("repo_license") or "unknown"
         c = self.cell(sess["agent"], sess["lang"])
         c["sessions"] += 1
         for k in ("calls", "prompt_tokens", "completion_tokens"):
@@ -79,7 +94,10 @@ def stats_json(stats: ExportStats) -> dict[str, Any]:
         "stale_attempt_calls_skipped": stats.stale_attempt_calls_skipped,
         "calls_with_ids": stats.calls_with_ids, "calls_with_ids_kept": stats.calls_with_ids_kept,
         "exact_ids_fraction": stats.exact_ids_fraction, "ids_redacted": stats.ids_redacted,
-        "token_ids_dropped": stats.token_ids_dropped, "secrets_scrubbed": dict(stats.secrets),
+        "token_ids_dropped": stats.token_ids_dropped,
+        "trajectories": stats.trajectories, "sequences": stats.sequences,
+        "supervised_tokens": stats.supervised_tokens, "tokenizer": stats.tokenizer,
+        "tokenizer_sha256": stats.tokenizer_sha256, "licenses": stats.licenses, "secrets_scrubbed": dict(stats.secrets),
         "secrets_in_ids": dict(stats.secrets_in_ids), "calls_by_split": dict(stats.by_split),
         "sessions_by_split": dict(stats.sessions_by_split), "split": {"by": stats.split_by, "note": stats.split_note},
         "agents": dict(stats.agents), "target_models": dict(stats.target_models),
@@ -124,7 +142,7 @@ def _yaml(stats: ExportStats) -> list[str]:
     lines = ["---", "license: other", "language:", "- en", "- ko", "task_categories:", "- text-generation",
              "tags:", "- agents", "- coding-agents", "- speculative-decoding", "- dflash",
              "pretty_name: DFlash factory agent traffic", "configs:"]  # fmt: skip
-    for config in ("calls", "sessions"):
+    for config in CONFIGS:
         if not splits.get(config):
             continue
         lines += [f"- config_name: {config}"] + (["  default: true"] if config == "calls" else [])
@@ -138,9 +156,7 @@ def _counts(c: Counter[str]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in sorted(c.items())) or "none"
 
 
-def card(
-    stats: ExportStats, images: list[str], *, held_out: float, repo_id: str, delta_window: int = DELTA_WINDOW
-) -> str:
+def card(stats: ExportStats, images: list[str], *, held_out: float, repo_id: str) -> str:
     t = stats.totals()
     rows = "\n".join(
         f"| {cell.split('/')[0]} | {cell.split('/')[1]} | {c['sessions']:,} | {c['calls']:,} | "
@@ -163,14 +179,18 @@ Real trajectories of coding agents solving GitHub issues in English and Korean, 
 the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a target model's own traffic.
 
 - **Target model**: {_counts(stats.target_models)} (calls per model name)
+- **Tokenizer**: {_tokenizer(stats)}
 - **Agents** (from each call's User-Agent, calls per version): {_counts(stats.agents)}
 
 ## Contents
 
-- **calls**: {stats.calls:,} model calls ({_counts(stats.by_split)}): the exact request and response JSON,
+- **calls**: {stats.calls:,} model calls ({_counts(stats.by_split)}): the request and response JSON,
   usage, the target's exact prompt and completion token ids where it returned them (`ids_exact`), the
   session's repository, issue, base commit, language and outcome, the agent and its version, the call's
   turn in its session and its first-byte latency.
+- **trajectories**: {stats.trajectories:,} chains of calls whose prompts extend each other: the token ids
+  and messages the calls' rows slice.
+- **sequences**: {stats.sequences:,} training sequences, {stats.supervised_tokens:,} supervised tokens.
 - **sessions**: {stats.sessions:,} agent sessions ({_counts(stats.sessions_by_split)}): task, outcome, exit
   status, duration, the agent's patch, call and token totals.
 
@@ -181,7 +201,7 @@ the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a t
 
 {chr(10).join(f"![{Path(p).stem}]({p})" for p in images)}
 
-{_loading(repo_id, delta_window)}
+{loading(repo_id)}
 ## How it was made
 
 Issues come from public GitHub repositories, each checked out at its base commit in a confined sandbox;
@@ -201,44 +221,26 @@ attempts and {stats.translation_calls_skipped:,} translation calls left out).
 - **Exact ids kept**: {kept} of the {stats.calls_with_ids:,} calls that carried token ids still carry them
   ({stats.token_ids_dropped:,} lost them).
 
-{_LIMITATIONS}"""
+{schema_tables(SCHEMAS)}
+{_LIMITATIONS}
+{_licenses(stats)}"""
 
 
-def _loading(repo_id: str, window: int) -> str:
-    """The card's "How to load it" section: the two configs, and how to rebuild prefix-encoded rows."""
-    return f"""## How to load it
+def _tokenizer(stats: ExportStats) -> str:
+    if not stats.tokenizer:
+        return "not given to the export (the ids are the target's; its tokenizer was not recorded)"
+    return (
+        f"`{stats.tokenizer}`; sha256 of `tokenizer.backend_tokenizer.to_str()`: `{stats.tokenizer_sha256}`"
+    )
 
-```python
-from datasets import load_dataset
-calls = load_dataset("{repo_id}", "calls")        # one row per model call
-sessions = load_dataset("{repo_id}", "sessions")  # one row per agent session
-```
 
-An agent resends its whole history on every call, so each `calls` row is stored against an earlier row of
-its session (`delta_ref`, a `call_id` within the last {window} rows of the same shard; null: stored
-whole): the prompt ids are the reference's first `prompt_ids_prefix_len` ids then `prompt_ids_suffix`; the
-request body is the reference's first `request_prefix_chars` characters, then `request_json_delta`, then its
-last `request_suffix_chars` characters. Rebuild both walking a split in stored order:
+def _licenses(stats: ExportStats) -> str:
+    rows = "\n".join(f"| {repo} | {lic} |" for repo, lic in sorted(stats.licenses.items()))
+    return f"""### Licenses per repository
 
-```python
-from collections import OrderedDict
-def whole(rows, window={window}):
-    seen = OrderedDict()  # call_id -> (prompt ids, request json) of the last `window` rows
-    for r in rows:
-        ids, text = r["prompt_ids_suffix"], r["request_json_delta"]
-        if r["delta_ref"] is not None:
-            base_ids, base_text = seen[r["delta_ref"]]
-            if ids is not None and r["prompt_ids_prefix_len"] is not None:
-                ids = base_ids[: r["prompt_ids_prefix_len"]] + ids
-            if text is not None and r["request_prefix_chars"] is not None:
-                tail = r["request_suffix_chars"]
-                text = base_text[: r["request_prefix_chars"]] + text + base_text[len(base_text) - tail :]
-        seen[r["call_id"]] = (ids, text)
-        if len(seen) > window:
-            seen.popitem(last=False)
-        yield ids, text
-full = list(whole(calls["train"]))  # [(prompt_token_ids, request_json), ...] in row order
-```
+| repository | SPDX license |
+|---|---|
+{rows}
 """
 
 
@@ -255,5 +257,5 @@ _LIMITATIONS = """## Limitations
 ## License
 
 Each row carries its repository's SPDX license (`repo_license`); issue texts and code excerpts remain
-under those licenses. The agent outputs were generated by the target model.
+under those licenses (table below). The agent outputs were generated by the target model.
 """

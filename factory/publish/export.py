@@ -16,7 +16,6 @@ files, byte for byte. docs/dataset.md describes every column."""
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import shutil
@@ -34,18 +33,18 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Session
-from factory.publish.card import ExportStats, card, plots, stats_json
+from factory.publish.card import SCHEMAS, ExportStats, card, plots, stats_json
 from factory.publish.incremental import SessionScrubber, scrub_row
 from factory.publish.redact_ids import IdsRedactor
 from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, read_calls
 from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import SplitPlan, plan_splits, session_rows, split_of
 from factory.publish.shards import ShardWriter
-from records import DATASET_CALLS_SCHEMA, SESSIONS_SCHEMA
-from records.dataset import DELTA_WINDOW, CallDeltaEncoder
+from factory.publish.tokenizer import load_tokenizer, tokenizer_sha256
+from factory.publish.trajectories import SessionTrajectories
 from records.storage import calls_store
 
-__all__ = ["ExportSettings", "ExportStats", "export", "split_of"]
+__all__ = ["ExportSettings", "ExportStats", "export", "load_tokenizer", "split_of"]
 log = logging.getLogger(__name__)
 
 
@@ -64,12 +63,6 @@ class ExportSettings(BaseSettings):
         default=None, gt=0, description="Also close a shard after this many rows"
     )
     batch_rows: int = Field(default=64, gt=0, description="Calls read from the proxy's parts per batch")
-    delta_window: int = Field(
-        default=DELTA_WINDOW,
-        ge=1,
-        description="Rows back a call's prompt ids and request may refer to its session's earlier call (within "
-        "a shard); at least the sessions a proxy interleaves in its parts, else rows are stored whole",
-    )
     repo_id: str = Field(
         default="dflash-factory/agent-traffic", description="Hub id used in the card's examples"
     )
@@ -101,21 +94,6 @@ def _calls_dir(data_dir: Path, calls_url: str | None) -> Path:
     return cache
 
 
-@functools.cache
-def load_tokenizer(name: str) -> Any:
-    # transformers is imported only when a tokenizer is asked for: it takes seconds to import, and an
-    # export without one needs nothing of it. Cached: `harvest` checks the tokenizer loads before its
-    # sessions and the export uses the same one (encode/decode only, never changed).
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as e:
-        raise ValueError(
-            f"tokenizer {name!r} (ExportSettings.tokenizer, DFLASH_EXPORT_TOKENIZER) could not be loaded: {e}"
-        ) from e
-
-
 class _Writers:
     def __init__(self, root: Path, cfg: ExportSettings) -> None:
         self.root, self.cfg = root, cfg
@@ -123,13 +101,24 @@ class _Writers:
 
     def __call__(self, config: str, split: str) -> ShardWriter:
         if (config, split) not in self.open:
-            calls = config == "calls"
             self.open[(config, split)] = ShardWriter(
-                self.root / "data" / config, split, DATASET_CALLS_SCHEMA if calls else SESSIONS_SCHEMA,
+                self.root / "data" / config, split, SCHEMAS[config],
                 max_bytes=self.cfg.shard_bytes, max_rows=self.cfg.rows_per_shard,
-                encoder=CallDeltaEncoder(window=self.cfg.delta_window) if calls else None,
             )  # fmt: skip
         return self.open[(config, split)]
+
+    def emit(self, session: SessionTrajectories, split: str, stats: ExportStats) -> None:
+        """A finished session's trajectories, calls and sequences."""
+        for out in session.close(split):
+            if out.trajectory is not None:
+                self("trajectories", split).add(out.trajectory)
+                stats.trajectories += 1
+            for row in out.calls:
+                self("calls", split).add(row)
+            for seq in out.sequences:
+                stats.sequences += 1
+                stats.supervised_tokens += int(seq["loss_mask"].sum())
+                self("sequences", split).add(seq)
 
     def close(self) -> list[tuple[str, int]]:
         paths = [p for w in self.open.values() for p in w.close()]
@@ -161,6 +150,7 @@ def export(
     scrubber = Scrubber([*PUBLIC_CONSTANTS, *cfg.public_constants])
     redactor = IdsRedactor(load_tokenizer(cfg.tokenizer), scrubber) if cfg.tokenizer else None
     stats.tokenizer = cfg.tokenizer
+    stats.tokenizer_sha256 = tokenizer_sha256(load_tokenizer(cfg.tokenizer)) if cfg.tokenizer else None
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     writers = _Writers(tmp, cfg)
@@ -178,7 +168,7 @@ def export(
     images = plots(stats, tmp / "plots")
     (tmp / "stats.json").write_text(json.dumps(stats_json(stats), indent=1, sort_keys=True) + "\n")
     (tmp / "README.md").write_text(
-        card(stats, images, held_out=cfg.held_out, repo_id=cfg.repo_id, delta_window=cfg.delta_window),
+        card(stats, images, held_out=cfg.held_out, repo_id=cfg.repo_id),
         encoding="utf-8",
     )
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -212,6 +202,8 @@ def _write_calls(
 ) -> None:
     seen: set[bytes] = set()
     turns: Counter[str] = Counter()
+    remaining = Counter(state.remaining)
+    open_: dict[str, SessionTrajectories] = {}
     for call in calls:
         proxy_sid = call.get("session_id") or ""
         if call.get("tag") == "translation":
@@ -231,11 +223,16 @@ def _write_calls(
             turns[proxy_sid] += 1
             _scrub(row, proxy_sid, state, stats)
             split = plan.splits[sess["session_id"]]
-            writers("calls", split).add(row)
             stats.count_call(row, sess, split)
+            open_.setdefault(proxy_sid, SessionTrajectories(sess)).add(row)
         finally:
             if proxy_sid:
                 state.seen(proxy_sid)
+                remaining[proxy_sid] -= 1
+                if remaining[proxy_sid] <= 0 and proxy_sid in open_:
+                    writers.emit(open_.pop(proxy_sid), plan.splits[by_proxy[proxy_sid]["session_id"]], stats)
+    for proxy_sid in sorted(open_):  # sessions with calls the count did not foresee
+        writers.emit(open_[proxy_sid], plan.splits[by_proxy[proxy_sid]["session_id"]], stats)
 
 
 def _scrub(row: dict[str, Any], proxy_sid: str, state: SessionScrubber, stats: ExportStats) -> None:

@@ -109,7 +109,7 @@ def call_row(
     source = call.get("token_ids_source")
     has_ids = call.get("prompt_token_ids") is not None or call.get("completion_token_ids") is not None
     row.update(
-        prompt_token_ids=call.get("prompt_token_ids"),  # both stored as deltas by the shard writer
+        prompt_token_ids=call.get("prompt_token_ids"),  # both split over trajectories (trajectories.py)
         request_json=call.get("request_json"),
         session_id=sess["session_id"],
         repo=sess["repo"],

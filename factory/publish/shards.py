@@ -4,11 +4,7 @@ Memory is bounded by one batch (`batch_rows` rows or `batch_bytes` of payload, w
 not by a shard: a batch becomes a row group of the open shard at once, and a shard is closed when its
 file reaches `max_bytes`. Token ids travel as int32 numpy arrays, never as lists of Python ints (a 30k-id
 list is about 1 MB of Python objects, the array 120 kB). Shards are renamed to the Hub's
-``<split>-xxxxx-of-xxxxx.parquet`` once their number is known.
-
-For `calls`, the writer owns the delta encoder (records/dataset.py): a row's `prompt_token_ids` and
-`request_json` are stored against an earlier row of the same shard, and the encoder starts afresh with
-each shard, so every shard decodes on its own."""
+``<split>-xxxxx-of-xxxxx.parquet`` once their number is known."""
 
 from __future__ import annotations
 
@@ -17,8 +13,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from records.dataset import DELTA_WINDOW_KEY, CallDeltaEncoder
 
 
 class ShardWriter:
@@ -32,16 +26,11 @@ class ShardWriter:
         max_rows: int | None = None,
         batch_rows: int = 256,
         batch_bytes: int = 16 << 20,
-        encoder: CallDeltaEncoder | None = None,
     ) -> None:
         self.folder, self.split, self.schema = folder, split, schema
-        if encoder is not None:  # readers take the reach of a reference from the file (records.window_of)
-            meta = {**(schema.metadata or {}), DELTA_WINDOW_KEY: str(encoder.window).encode()}
-            self.schema = schema.with_metadata(meta)
         self.max_bytes, self.max_rows = max_bytes, max_rows
         # a batch stays well under a shard, so shards are cut near `max_bytes`
         self.batch_rows, self.batch_bytes = batch_rows, min(batch_bytes, max(1, max_bytes // 8))
-        self.encoder = encoder
         self.buf: list[dict[str, Any]] = []
         self.buf_bytes = 0
         self.parts: list[Path] = []
@@ -52,9 +41,6 @@ class ShardWriter:
         """Add one row; it is written with the batch it completes."""
         if self._writer is None or self._full():
             self._next_shard()
-        if self.encoder is not None:
-            ids, text = row.pop("prompt_token_ids", None), row.pop("request_json", None)
-            row.update(self.encoder.encode(row["call_id"], row.get("session_id") or "", ids, text))
         self.buf.append(row)
         self.buf_bytes += _payload(row)
         self._shard_rows += 1
@@ -77,8 +63,6 @@ class ShardWriter:
         self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
         self.parts.append(path)
         self._shard_rows = 0
-        if self.encoder is not None:
-            self.encoder.reset()
 
     def _flush(self) -> None:
         if not self.buf or self._writer is None:
@@ -106,6 +90,8 @@ def _payload(row: dict[str, Any]) -> int:
     for v in row.values():
         if isinstance(v, str | bytes):
             n += len(v)
+        elif isinstance(v, list) and v and isinstance(v[0], str):
+            n += sum(len(x) for x in v)
         elif v is not None and hasattr(v, "__len__"):
             n += 4 * len(v)
     return n

@@ -130,7 +130,7 @@ def test_export_layout_loads_and_is_clean(finished, monkeypatch):
     )
     card = (out / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])
-    assert {c["config_name"] for c in meta["configs"]} == {"calls", "sessions"}
+    assert {c["config_name"] for c in meta["configs"]} == {"calls", "trajectories", "sequences", "sessions"}
     assert "openai_key: 1" in card
     assert f"{stats.calls:,} model calls" in card
     assert (out / "plots" / "calls_by_agent_lang.png").stat().st_size > 1000

@@ -1,12 +1,12 @@
-"""The exported layout at agent scale: prefix-encoded prompt ids give back every id (through records.io, through
-`datasets` with the card's own snippet, shard by shard), shards are cut by bytes, the same input exports to the
-same bytes, an interrupted export reruns, and the held-out split is never empty."""
+"""The exported layout at agent scale: calls sliced out of their trajectories give back every id and request
+(through records.io, shard by shard), shards are cut by bytes, the same input exports to the same bytes, an
+interrupted export reruns, and the held-out split is never empty. tests/factory/test_dataset_plain.py reads
+the same layout without this project's code."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -60,75 +60,46 @@ def agent_traffic(tmp_path):
 
 
 @pytest.mark.slow
-def test_prefix_encoded_ids_come_back_whole_and_take_a_fraction_of_the_space(
-    tmp_path, agent_traffic, monkeypatch
-):
+def test_trajectories_give_back_every_call_whole_and_take_a_fraction_of_the_space(tmp_path, agent_traffic):
     sessions, rows = agent_traffic
     out = tmp_path / "ds"
     stats = export(sessions, tmp_path / "data", out)
     assert stats.calls == len(rows) == 120
+    assert stats.trajectories == 4  # each 30-turn session is one chain of prompts extending each other
     got = {r["call_id"]: r for r in read_table(out).to_pylist()}
-    assert all(got[r["call_id"]]["prompt_token_ids"] == r["prompt_token_ids"] for r in rows)
+    for r in rows:
+        assert got[r["call_id"]]["prompt_token_ids"] == r["prompt_token_ids"]
+        assert json.loads(got[r["call_id"]]["request_json"]) == json.loads(r["request_json"])
     assert sorted(
         r["turn_index"] for r in got.values() if r["call_id"].startswith(rows[0]["session_id"])
     ) == list(range(30))
-    stored = pq.read_table(sorted((out / "data" / "calls").glob("*.parquet"))[0])
-    suffix = sum(len(x) for x in stored.column("prompt_ids_suffix").to_pylist())
-    full = sum(
-        len(r["prompt_token_ids"]) for r in rows if r["call_id"] in stored.column("call_id").to_pylist()
+    data = out / "data"
+    stored_ids = sum(
+        len(x)
+        for f in data.glob("trajectories/*.parquet")
+        for x in pq.read_table(f).column("token_ids").to_pylist()
     )
-    assert suffix < 0.15 * full  # what each call adds, not the whole history again
-    assert stored.column("delta_ref").null_count < 10
-    delta = sum(len(x) for x in stored.column("request_json_delta").to_pylist())
-    assert delta < 0.15 * sum(
-        len(r["request_json"]) for r in rows if r["call_id"] in stored.column("call_id").to_pylist()
-    )
-
-    # `datasets` loads the layout, and the card's snippet rebuilds the ids from it
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    import datasets
-
-    calls = datasets.load_dataset(str(out), "calls", cache_dir=str(tmp_path / "hf"))
-    card = (out / "README.md").read_text()
-    snippet = re.search(r"```python\n(from collections import OrderedDict.*?)```", card, re.S).group(1)
-    split = next(iter(calls))
-    scope: dict = {"calls": calls, "split": split}
-    exec(snippet.replace('calls["train"]', "calls[split]"), scope)
-    assert scope["full"] == [
-        (got[c]["prompt_token_ids"], got[c]["request_json"]) for c in calls[split]["call_id"]
-    ]
-    assert all(got[r["call_id"]]["request_json"] == r["request_json"] for r in rows)
+    assert stored_ids < 0.1 * sum(len(r["prompt_token_ids"]) for r in rows)  # each id once, not per call
+    calls = pq.read_table(data / "calls").to_pylist()
+    assert all(len(c["messages_tail"]) == 0 for c in calls)  # every request a prefix of its session's last
+    assert {c["messages_field"] for c in calls} == {"messages"}
 
 
-def test_the_delta_window_is_written_in_each_file_and_readers_use_it(tmp_path, agent_traffic):
-    """`delta_window`: how far back a reference may reach. It is written in each file's metadata and
-    readers (records.io, the card's snippet) take it from there; the interleaving it must cover is
-    measured in benchmarks/export_scale.py --concurrency."""
-    sessions, rows = agent_traffic
-    out = tmp_path / "ds"
-    export(sessions, tmp_path / "data", out, delta_window=2)
-    files = sorted((out / "data" / "calls").glob("*.parquet"))
-    assert {pq.read_schema(f).metadata[b"dflash.delta_window"] for f in files} == {b"2"}
-    got = {r["call_id"]: r for r in read_table(out).to_pylist()}  # decoded with the file's own window
-    assert all(got[r["call_id"]]["prompt_token_ids"] == r["prompt_token_ids"] for r in rows)
-    assert "within the last 2 rows" in (out / "README.md").read_text()
-
-
-def test_shards_are_cut_by_bytes_and_each_decodes_alone(tmp_path, agent_traffic):
+def test_shards_are_cut_by_bytes_and_each_reads_back(tmp_path, agent_traffic):
     sessions, rows = agent_traffic
     out = tmp_path / "ds"
     lines: list[str] = []
-    stats = export(sessions, tmp_path / "data", out, shard_bytes=60_000, held_out=0.0, progress=lines.append)
+    stats = export(sessions, tmp_path / "data", out, shard_bytes=15_000, held_out=0.0, progress=lines.append)
     assert lines[0].startswith("export: 120 calls in 1 parts")
     assert lines[-1] == "export: 120 calls and 12 sessions written; exact ids kept on 100.0%"
     shards = sorted((out / "data" / "calls").glob("*.parquet"))
-    assert len(shards) >= 3
+    assert len(shards) >= 2
+    assert len(list((out / "data" / "trajectories").glob("*.parquet"))) >= 3
     assert [p.name for p in shards] == [
         f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))
     ]
     want = {r["call_id"]: r["prompt_token_ids"] for r in rows}
-    for shard in shards:  # a reference never crosses a shard
+    for shard in shards:  # a shard alone reads its split's trajectories forward to its own
         assert all(want[r["call_id"]] == r["prompt_token_ids"] for r in read_table(shard).to_pylist())
     assert sum(b for f, b in stats.files if "/calls/" in f) == sum(p.stat().st_size for p in shards)
 

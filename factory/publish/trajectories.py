@@ -1,0 +1,192 @@
+"""A session's calls grouped into trajectories while the export reads them, and the rows they become.
+
+A call joins the open trajectory of its session whose last call's prompt ids its own prompt ids extend
+(the longest such); otherwise it starts one. A call without ids but with a message list joins, the same
+way, the trajectory without ids whose last call shares the most leading messages; a call with neither
+belongs to no trajectory. When the session's last call has gone by, each trajectory becomes one
+`trajectories` row (its last call's prompt + completion ids and messages), one `calls` row per call (offsets
+into it) and its `sequences` rows (records/dataset.py has the layout).
+
+What a session holds while open: its last call's prompt ids per trajectory, every call's row without its
+prompt and request, and its message texts, shared between consecutive calls (a message equal to the
+previous call's is the same string object), so memory grows with what the session adds, not with turns²."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from records.dataset import common_prefix, split_request
+
+
+@dataclass
+class _Member:
+    row: dict[str, Any]
+    prompt_len: int | None
+    completion: np.ndarray | None
+    messages: list[str] | None
+    shared_next: int | None = None  # leading messages equal to the next member's
+
+
+@dataclass
+class _Trajectory:
+    id: str
+    head_prompt: np.ndarray | None
+    members: list[_Member] = field(default_factory=list)
+
+    def shared_messages(self, messages: list[str]) -> int:
+        head = self.members[-1].messages or []
+        n = 0
+        for a, b in zip(head, messages, strict=False):
+            if a != b:
+                break
+            n += 1
+        return n
+
+
+@dataclass
+class Emitted:
+    """One trajectory's rows (or, with `trajectory` None, calls that belong to none)."""
+
+    trajectory: dict[str, Any] | None
+    calls: list[dict[str, Any]]
+    sequences: list[dict[str, Any]]
+
+
+class SessionTrajectories:
+    def __init__(self, session: dict[str, Any]) -> None:
+        self.session = session
+        self.trajectories: list[_Trajectory] = []
+        self.loose: list[dict[str, Any]] = []  # calls with neither ids nor a message list
+        self._order: list[tuple[int, dict[str, Any]]] = []
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Take a scrubbed `calls` row with `prompt_token_ids` and `request_json` whole."""
+        prompt = row.pop("prompt_token_ids", None)
+        params, fld, messages = split_request(row.pop("request_json", None))
+        row.update(request_params=params, messages_field=fld)
+        completion = row.get("completion_token_ids")
+        self._order.append((len(self._order), row))
+        if prompt is None and messages is None:
+            row.update(trajectory_id=None, prompt_len=None, messages_prefix=None, messages_tail=None)
+            row["completion_in_trajectory"] = None
+            return
+        traj = self._join(prompt, messages)
+        if traj.members and messages is not None:
+            shared = traj.shared_messages(messages)
+            traj.members[-1].shared_next = shared
+            messages[:shared] = (traj.members[-1].messages or [])[:shared]  # the same string objects
+        if prompt is not None:
+            traj.head_prompt = np.asarray(prompt, dtype=np.int32)
+        row["trajectory_id"] = traj.id
+        traj.members.append(_Member(row, None if prompt is None else len(prompt), _ids(completion), messages))
+
+    def _join(self, prompt: Any, messages: list[str] | None) -> _Trajectory:
+        best, score = None, 0
+        ids = None if prompt is None else np.asarray(prompt, dtype=np.int32)
+        for t in self.trajectories:
+            if ids is not None and t.head_prompt is not None:
+                n = len(t.head_prompt)
+                if n <= len(ids) and common_prefix(t.head_prompt, ids) == n and n + 1 > score:
+                    best, score = t, n + 1
+            elif ids is None and t.head_prompt is None and messages:
+                shared = t.shared_messages(messages)
+                if shared > score:
+                    best, score = t, shared
+        if best is None:
+            best = _Trajectory(f"{self.session['session_id']}-t{len(self.trajectories):03d}", None)
+            self.trajectories.append(best)
+        return best
+
+    def close(self, split: str) -> Iterator[Emitted]:
+        """Every trajectory's rows, then the calls in none; calls keep their session order."""
+        turn = {id(row): n for n, row in self._order}
+        for t in self.trajectories:
+            yield self._emit(t, split, turn)
+        loose = [row for _, row in self._order if row.get("trajectory_id") is None]
+        if loose:
+            yield Emitted(None, loose, [])
+
+    def _emit(self, t: _Trajectory, split: str, turn: dict[int, int]) -> Emitted:
+        head = t.members[-1]
+        tokens = None
+        if t.head_prompt is not None:
+            tail = head.completion if head.completion is not None else np.zeros(0, np.int32)
+            tokens = np.concatenate([t.head_prompt, tail]).astype(np.int32)
+        final = head.messages
+        keep = len(final) if final is not None else 0
+        for m in reversed(t.members):  # a message is shared with the last call if every step kept it
+            if m.shared_next is not None:
+                keep = min(keep, m.shared_next)
+            prefix = None if m.messages is None else min(keep, len(m.messages))
+            m.row.update(
+                prompt_len=m.prompt_len,
+                messages_prefix=prefix,
+                messages_tail=None if m.messages is None or prefix is None else m.messages[prefix:],
+            )
+        for m in t.members:
+            m.row["completion_in_trajectory"] = _in(tokens, m)
+        s = self.session
+        traj = {
+            "trajectory_id": t.id, "session_id": s["session_id"], "repo": s["repo"], "lang": s["lang"],
+            "agent": s["agent"], "api": head.row.get("api"), "n_calls": len(t.members),
+            "call_ids": [m.row["call_id"] for m in t.members], "token_ids": tokens, "messages": final,
+        }  # fmt: skip
+        calls = sorted((m.row for m in t.members), key=lambda r: turn[id(r)])
+        return Emitted(traj, calls, list(_sequences(t, tokens, traj, split)))
+
+
+def _ids(value: Any) -> np.ndarray | None:
+    return None if value is None else np.asarray(value, dtype=np.int32)
+
+
+def _n(ids: np.ndarray | None) -> int:
+    return 0 if ids is None else len(ids)
+
+
+def _in(tokens: np.ndarray | None, m: _Member) -> bool | None:
+    """Whether the call's completion ids follow its prompt in the trajectory (its span can be trained)."""
+    if tokens is None or m.prompt_len is None or m.completion is None:
+        return None
+    end = m.prompt_len + len(m.completion)
+    return end <= len(tokens) and bool(np.array_equal(tokens[m.prompt_len : end], m.completion))
+
+
+def _sequences(
+    t: _Trajectory, tokens: np.ndarray | None, traj: dict[str, Any], split: str
+) -> Iterator[dict[str, Any]]:
+    """The trajectory with a span per completion found in it, and one sequence per completion that is not
+    (its own prompt + completion); the loss mask marks the target's generated ids."""
+    if tokens is None:
+        return
+    base = {k: traj[k] for k in ("trajectory_id", "session_id", "repo", "agent", "lang")}
+    inside = [m for m in t.members if m.row["completion_in_trajectory"] and _n(m.completion)]
+    if inside:
+        spans = [(m.prompt_len or 0, (m.prompt_len or 0) + _n(m.completion)) for m in inside]
+        end = spans[-1][1]
+        yield _sequence(t.id, tokens[:end], spans, [m.row["call_id"] for m in inside], base, split)
+    for m in t.members:
+        if m.row["completion_in_trajectory"] is False and m.prompt_len and m.completion is not None:
+            ids = np.concatenate([tokens[: m.prompt_len], m.completion]).astype(np.int32)
+            span = [(m.prompt_len, len(ids))]
+            yield _sequence(f"{t.id}:{m.row['call_id']}", ids, span, [m.row["call_id"]], base, split)
+
+
+def _sequence(
+    sid: str,
+    ids: np.ndarray,
+    spans: list[tuple[int, int]],
+    calls: list[str],
+    base: dict[str, Any],
+    split: str,
+) -> dict[str, Any]:
+    mask = np.zeros(len(ids), np.int8)
+    for a, b in spans:
+        mask[a:b] = 1
+    return {
+        "sequence_id": sid, "input_ids": ids, "loss_mask": mask, "span_starts": [a for a, _ in spans],
+        "span_ends": [b for _, b in spans], "call_ids": calls, **base, "split": split,
+    }  # fmt: skip
