@@ -43,7 +43,7 @@ from trainer.dflash.helpers import default_target_layer_ids
 from trainer.packed import TapsFn, unit_features
 from trainer.sources import cache
 from trainer.sources.base import step_taps
-from trainer.sources.select import make_source
+from trainer.sources.select import SOURCES, kind_of, make_source
 from trainer.train import training_data
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -126,10 +126,11 @@ def stored_segments(
 
 
 def server_taps(cfg: TrainConfig, target: Target, layer_ids: list[int]) -> Callable[[Unit], TapsFn] | None:
-    """With `feature_source: vllm`, each unit's taps asked of the server in one batch (None: in-process)."""
-    if cfg.feature_source != "vllm":
+    """With a source that is not the target in-process (`vllm`), each unit's taps asked of it in one batch
+    (None: in-process)."""
+    if kind_of(cfg.feature_source).in_process:
         return None
-    source = make_source("vllm", target, vllm=cfg.vllm)
+    source = make_source(cfg.feature_source, target, vllm=cfg.vllm)
 
     def unit_taps(unit: Unit) -> TapsFn:
         segs = unit.segments
@@ -174,8 +175,11 @@ def features(
     """Write the features of `cfg`'s training data (built into OUT/data, or read from `data_dir`) to
     `out_dir`; returns the manifest (rank 0) with `written`/`skipped`, this rank's shard counts.
     `target`: an already loaded target instead of `cfg.target` (tests, benchmarks)."""
-    if cfg.feature_source == "cache":
-        raise SystemExit("feature_source is cache: features are written from hf (the target) or vllm")
+    if kind_of(cfg.feature_source).from_files:
+        writers = [n for n, k in SOURCES.items() if not k.from_files]
+        raise SystemExit(
+            f"feature_source is {cfg.feature_source}: features are written from {' or '.join(writers)}"
+        )
     acc = Accelerator(cpu=not torch.cuda.is_available())
     if cfg.target_device_map is not None and acc.num_processes > 1:
         raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")

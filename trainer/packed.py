@@ -21,8 +21,8 @@ from trainer.config import TrainConfig
 from trainer.data.build import Sequence
 from trainer.data.units import Unit, pack, session_units, split_unit, target_tokens
 from trainer.dflash import layout as L
-from trainer.sources.base import step_taps
-from trainer.sources.select import source_for
+from trainer.sources.base import FeatureSource, step_taps
+from trainer.sources.select import kind_of, make_source
 
 
 @dataclass
@@ -109,6 +109,7 @@ class FeatureMemo:
 
     held: dict[int, tuple[Unit, torch.Tensor]] = field(default_factory=dict)
     left: dict[int, int] | None = None
+    source: FeatureSource | None = None  # the run's feature source, built at its first step
 
     def plan(self, steps: Iterable[list[Unit]]) -> None:
         self.held.clear()
@@ -186,8 +187,10 @@ def step_for(
     taps_fn = None
     memo = memo or FeatureMemo()
     missing = [u for u in {id(u.source): u.source for u in units}.values() if id(u) not in memo.held]
-    if cfg.feature_source != "hf" and missing:
-        source = source_for(cfg.feature_source, target, cfg.feature_dir, cfg.vllm)
+    if not kind_of(cfg.feature_source).in_process and missing:
+        if memo.source is None:
+            memo.source = make_source(cfg.feature_source, target, feature_dir=cfg.feature_dir, vllm=cfg.vllm)
+        source = memo.source
         segs = [seg for u in missing for seg in u.segments]  # whole units: a part's rows are gathered
         from_source = step_taps(source, [s.seq.input_ids for s in segs], layer_ids, [s.shared for s in segs])
         # features in the training dtype: bf16 files feed a float32 CPU drafter as float32

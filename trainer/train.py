@@ -47,6 +47,7 @@ from trainer.heldout import HeldOut
 from trainer.packed import describe_steps, epoch_order, plan_steps, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.rundir import open_run, resolve_data
+from trainer.sources.select import kind_of
 
 __all__ = ["TrainConfig", "latest_checkpoint", "train"]  # the names callers of a training run need
 
@@ -76,7 +77,7 @@ def train(
     dtype = torch.bfloat16 if mp == "bf16" else torch.float32
     if cfg.target_device_map is not None and acc.num_processes > 1:
         raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")
-    if target is None and cfg.feature_source != "hf" and Path(cfg.target).is_dir():
+    if target is None and not kind_of(cfg.feature_source).in_process and Path(cfg.target).is_dir():
         # features from files or a vLLM server: load only what the drafter shares (any target size)
         target = load_shared_weights(cfg.target, dtype=dtype, device=acc.device)
     elif target is None:  # read straight into the training dtype, on the device (or sharded over GPUs)

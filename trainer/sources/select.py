@@ -1,10 +1,12 @@
-"""Which feature source a run uses: `make_source(kind, target, ...)` builds the one a run config names
-(`feature_source`), `source_for` keeps it for the run, `final_head` gives the vLLM source its check."""
+"""Which feature source a run uses: `SOURCES` registers each one once (its builder, and whether the
+trainer runs the target itself in the packed step); `make_source(kind, target, ...)` builds the one a run
+config names (`feature_source`); `final_head` gives the vLLM source its check."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -57,6 +59,55 @@ def _read_tensor(root: Path, name: str) -> torch.Tensor | None:
     return None
 
 
+@dataclass(frozen=True)
+class SourceEntry:
+    build: Callable[[Target, str | Path | None, VllmSourceSettings | None], FeatureSource]
+    # True: the packed step runs the target in-process over whole units (sharing each session's prefix);
+    # False: the target's weights stay unloaded but for what the drafter shares, features come as taps.
+    in_process: bool
+    from_files: bool = False  # reads features `trainer features` wrote (so cannot be the one writing them)
+
+
+def _hf(target: Target, feature_dir: str | Path | None, vllm: VllmSourceSettings | None) -> FeatureSource:
+    return HFSource(target)
+
+
+def _cache(target: Target, feature_dir: str | Path | None, vllm: VllmSourceSettings | None) -> FeatureSource:
+    if feature_dir is None:
+        raise FeatureError("feature_dir: the cache source needs the directory `trainer features` wrote")
+    return CacheSource(feature_dir)
+
+
+def _vllm(target: Target, feature_dir: str | Path | None, vllm: VllmSourceSettings | None) -> FeatureSource:
+    hf = HFSource(target)
+    loaded = not any(p.is_meta for p in target.model.parameters())
+
+    def reference(ids: Sequence[int], layer_ids: Sequence[int]) -> torch.Tensor:
+        return hf.taps_many([ids], layer_ids)[0]
+
+    return VllmSource(
+        vllm or VllmSourceSettings.model_validate({}),
+        target.num_layers,
+        target.hidden_size,
+        head=final_head(target),
+        reference=reference if loaded else None,  # only shared weights here: no in-process forward
+    )
+
+
+# The one place a feature source is named (TrainConfig.feature_source lists the same names: a test checks).
+SOURCES: dict[str, SourceEntry] = {
+    "hf": SourceEntry(_hf, in_process=True),
+    "cache": SourceEntry(_cache, in_process=False, from_files=True),
+    "vllm": SourceEntry(_vllm, in_process=False),
+}
+
+
+def kind_of(name: str) -> SourceEntry:
+    if name not in SOURCES:
+        raise FeatureError(f"feature_source {name!r}: one of {', '.join(SOURCES)}")
+    return SOURCES[name]
+
+
 def make_source(
     kind: str,
     target: Target,
@@ -65,39 +116,4 @@ def make_source(
     vllm: VllmSourceSettings | None = None,
 ) -> FeatureSource:
     """The source a run config names; `target` supplies shapes, the final-layer check and `hf` itself."""
-    if kind == "hf":
-        return HFSource(target)
-    if kind == "cache":
-        if feature_dir is None:
-            raise FeatureError("feature_dir: the cache source needs the directory `trainer features` wrote")
-        return CacheSource(feature_dir)
-    if kind == "vllm":
-        hf = HFSource(target)
-        loaded = not any(p.is_meta for p in target.model.parameters())
-
-        def reference(ids: Sequence[int], layer_ids: Sequence[int]) -> torch.Tensor:
-            return hf.taps_many([ids], layer_ids)[0]
-
-        return VllmSource(
-            vllm or VllmSourceSettings.model_validate({}),
-            target.num_layers,
-            target.hidden_size,
-            head=final_head(target),
-            reference=reference if loaded else None,  # only shared weights here: no in-process forward
-        )
-    raise FeatureError(f"feature_source {kind!r}: one of hf, cache, vllm")
-
-
-_BUILT: dict[tuple[str, int, str | None, str], FeatureSource] = {}
-
-
-def source_for(
-    kind: str, target: Target, feature_dir: str | None, vllm: VllmSourceSettings | None
-) -> FeatureSource:
-    """`make_source`, built once per run and target (the training loop asks every step)."""
-    vllm = vllm or VllmSourceSettings.model_validate({})
-    key = (kind, id(target), feature_dir, vllm.model_dump_json())
-    if key not in _BUILT:
-        _BUILT.clear()  # one run's source at a time
-        _BUILT[key] = make_source(kind, target, feature_dir=feature_dir, vllm=vllm)
-    return _BUILT[key]
+    return kind_of(kind).build(target, feature_dir, vllm)

@@ -120,3 +120,15 @@ def test_the_cache_refuses_sequences_it_does_not_hold(tiny: Target, tmp_path: Pa
         source.taps_many([SEQS[2]], TAPS)
     with pytest.raises(FeatureError, match="holds taps"):
         source.taps_many(SEQS[:1], [1, 2])
+
+
+def test_the_config_names_exactly_the_registered_sources() -> None:
+    import typing
+
+    from trainer.config import TrainConfig
+    from trainer.sources.select import SOURCES, kind_of
+
+    assert set(typing.get_args(TrainConfig.model_fields["feature_source"].annotation)) == set(SOURCES)
+    assert [n for n, k in SOURCES.items() if k.in_process] == ["hf"]
+    with pytest.raises(FeatureError, match="one of hf, cache, vllm"):
+        kind_of("gpu")
