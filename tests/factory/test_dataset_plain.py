@@ -13,6 +13,8 @@ import copy
 import datetime as dt
 import json
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -126,19 +128,34 @@ def want_messages(row: dict) -> list | None:
     return next((body[f] for f in ("messages", "input") if isinstance(body, dict) and f in body), None)
 
 
+PROJECT = ("records", "factory", "trainer", "proxy", "wire", "standin", "serving", "sandboxes", "clikit")
+# Run after the card's pandas snippet in a fresh interpreter: what it rebuilt, and proof that nothing of
+# this project was imported (the snippet is all a stranger needs).
+_REPORT = """
+import json, sys
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(PROJECT))
+ids = [None if v is None else [int(x) for x in v] for v in calls.prompt_ids]
+out = {"loaded": loaded, "calls": dict(zip(calls.call_id, zip(ids, calls.messages)))}
+print(json.dumps(out))
+"""
+
+
 @pytest.mark.slow
-def test_pandas_alone_rebuilds_every_call_from_the_card(exported):
+def test_pandas_alone_rebuilds_every_call_from_the_card(exported, tmp_path):
     out, proxy = exported
-    scope: dict = {}
     snippet = snippets((out / "README.md").read_text())["pandas"]
-    exec(local(snippet, out), scope)
-    calls = scope["calls"].set_index("call_id")
-    assert set(calls.index) == set(proxy)
+    script = tmp_path / "read.py"
+    script.write_text(f"PROJECT = {PROJECT!r}\n" + local(snippet, out) + _REPORT)
+    # -I: isolated (no working directory or PYTHONPATH on the path); run from an empty folder
+    res = subprocess.run([sys.executable, "-I", str(script)], cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    assert got["loaded"] == []
+    assert set(got["calls"]) == set(proxy)
     for call_id, row in proxy.items():
-        got = calls.loc[call_id]
-        ids = got["prompt_ids"]
-        assert (None if ids is None else list(ids)) == row["prompt_token_ids"], call_id
-        assert got["messages"] == want_messages(row), call_id
+        ids, messages = got["calls"][call_id]
+        assert ids == row["prompt_token_ids"], call_id
+        assert messages == want_messages(row), call_id
     join = snippet[snippet.index("traj = ") :].strip().splitlines()
     assert len(join) <= 5  # "at most a join and a slice, in five lines"
 
