@@ -23,6 +23,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def torchrun(module: str, *args: str, procs: int = 2) -> subprocess.CompletedProcess[str]:
+    """`python -m module args` in `procs` processes under torch.distributed.run (what `accelerate launch`
+    runs for a multi-process job; on CPU, gloo), one intra-op thread each, from the repository root."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(procs)]
+    cmd += ["--master_port", str(free_port()), "-m", module, *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def last_json(stdout: str) -> object:
     """The last line of a command's stdout that parses as JSON.
 

@@ -6,14 +6,11 @@ DDP, MULTI_CPU), so this drives torch's `fully_shard` directly, with the wrap po
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from tests.support import REPO_ROOT, free_port
+from tests.support import REPO_ROOT, torchrun
 
 
 def test_the_fsdp_config_wraps_the_drafter_layer() -> None:
@@ -24,19 +21,7 @@ def test_the_fsdp_config_wraps_the_drafter_layer() -> None:
 
 @pytest.mark.slow
 def test_fsdp2_two_processes_on_cpu_give_the_unsharded_gradients() -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
-    cmd += ["-m", "tests.trainer.fsdp2_worker"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = torchrun("tests.trainer.fsdp2_worker")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["world"] == 2
     assert result["parameter_types"] == ["DTensor"]  # every parameter sharded

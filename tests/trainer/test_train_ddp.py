@@ -4,14 +4,11 @@ synchronised steps, one drafter at the end."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO_ROOT, free_port
+from tests.support import torchrun
 from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 
 
@@ -32,22 +29,7 @@ def test_ddp_two_processes_on_cpu(tmp_path: Path) -> None:
         "epochs=2",
         "anchors=16",
     ]
-    # torchrun is what `accelerate launch` runs for multi-process jobs; on CPU Accelerator picks gloo
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(free_port()),
-    ]
-    cmd += ["-m", "trainer.train"]
-    for a in args:
-        cmd += ["--set", a]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    torchrun("trainer.train", *(x for a in args for x in ("--set", a)))
     runs = [p for p in (tmp_path / "runs").iterdir() if p.name != "latest"]
     assert len(runs) == 1  # both ranks agreed on one run directory
     run = runs[0]
