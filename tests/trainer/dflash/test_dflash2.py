@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 
 from standin.engine import Engine
-from tests.trainer.dflash.tiny import MASK, tiny_target, train_kind, write_calls
+from tests.trainer.dflash.tiny import MASK, context, tiny_target, train_kind, write_calls
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dflash2 import DFlash2DraftModel, GroupedConv, dflash2_config
 from trainer.dflash.engine import DFlash2Speculative, speculative
@@ -89,10 +89,7 @@ def test_a_fresh_dflash2_drafts_what_its_dflash_backbone_drafts(target) -> None:
 
 def test_the_selector_is_teacher_forced_and_every_part_learns(target) -> None:  # type: ignore[no-untyped-def]
     d = drafter_for(target)
-    ids = torch.arange(10, 40)
-    mask = torch.ones(30, dtype=torch.long)
-    mask[:5] = 0
-    out = target.forward(ids[None], target.new_cache(), layer_ids=d.target_layer_ids)
+    ids, mask, taps = context(target, d.target_layer_ids)
     anchors = torch.tensor([5, 9, 20])
     seen: list[torch.Tensor] = []
     terms = d.slot_terms
@@ -103,7 +100,7 @@ def test_the_selector_is_teacher_forced_and_every_part_learns(target) -> None:  
 
     d.slot_terms = recording  # type: ignore[method-assign]
     res = dflash_loss(
-        d, taps=out.taps, input_ids=ids, loss_mask=mask, anchors=anchors,
+        d, taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors,
         embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
         mask_token_id=MASK, weights=loss_weights(4, 4.0),
     )  # fmt: skip

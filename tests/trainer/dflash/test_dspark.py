@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 
 from standin.engine import Engine
-from tests.trainer.dflash.tiny import MASK, tiny_target, train_kind, write_calls
+from tests.trainer.dflash.tiny import MASK, context, tiny_target, train_kind, write_calls
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.engine import DSparkSpeculative, speculative
@@ -34,15 +34,12 @@ def drafter_for(target, block: int = 4, rank: int = 8) -> DSparkDraftModel:  # t
 
 def test_the_markov_head_is_teacher_forced_and_every_head_learns(target) -> None:  # type: ignore[no-untyped-def]
     d = drafter_for(target)
-    ids = torch.arange(10, 40)
-    mask = torch.ones(30, dtype=torch.long)
-    mask[:5] = 0
-    out = target.forward(ids[None], target.new_cache(), layer_ids=d.target_layer_ids)
+    ids, mask, taps = context(target, d.target_layer_ids)
     anchors = torch.tensor([5, 9, 20])
     seen: list[torch.Tensor] = []
     d.markov_head.markov_w1.register_forward_hook(lambda _m, args, _o: seen.append(args[0].clone()))
     res = dflash_loss(  # one objective for every kind: the kind supplies its slot terms
-        d, taps=out.taps, input_ids=ids, loss_mask=mask, anchors=anchors,
+        d, taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors,
         embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
         mask_token_id=MASK, weights=loss_weights(4, 4.0),
     )  # fmt: skip
@@ -64,13 +61,10 @@ def test_dspark_rows_map_dflash_slots_to_dspark_slots() -> None:
 
 def test_host_rows_and_device_rows_give_the_same_dspark_loss(target) -> None:  # type: ignore[no-untyped-def]
     d = drafter_for(target)
-    ids = torch.arange(10, 40)
-    mask = torch.ones(30, dtype=torch.long)
-    mask[:5] = 0
-    out = target.forward(ids[None], target.new_cache(), layer_ids=d.target_layer_ids)
+    ids, mask, taps = context(target, d.target_layer_ids)
     anchors = torch.tensor([5, 9, 27])  # the last block runs off the end: some slots have no label
     kw = dict(
-        taps=out.taps, input_ids=ids, loss_mask=mask, anchors=anchors, embed_weight=target.embed_tokens.weight,
+        taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors, embed_weight=target.embed_tokens.weight,
         lm_head_weight=target.lm_head.weight, block_size=4, mask_token_id=MASK, weights=loss_weights(4, 4.0),
     )  # fmt: skip
     found = dflash_loss(d, **kw)  # type: ignore[arg-type]

@@ -144,3 +144,12 @@ def train_kind(tmp: Path, calls: Path, target: Target, drafter: str, **extra: ob
     assert result["mismatch_rate"] == 0
     assert len(result["per_position_acceptance"]) == 3
     return export(run, run / "export")
+
+
+def context(target: Target, layer_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids [30], loss mask [30] with the first 5 unsupervised, the target's taps over the ids): one
+    sequence to compute a drafter's loss on."""
+    ids = torch.arange(10, 40)
+    mask = torch.ones(30, dtype=torch.long)
+    mask[:5] = 0
+    return ids, mask, target.forward(ids[None], target.new_cache(), layer_ids=layer_ids).taps
