@@ -229,8 +229,11 @@ attempts and {stats.translation_calls_skipped:,} translation calls left out).
 def _tokenizer(stats: ExportStats) -> str:
     if not stats.tokenizer:
         return "not given to the export (the ids are the target's; its tokenizer was not recorded)"
+    name = Path(stats.tokenizer).name or stats.tokenizer  # a local folder's name, or the Hub id
+    digest = f"`{stats.tokenizer_sha256}`" if stats.tokenizer_sha256 else "n/a (not a fast tokenizer)"
     return (
-        f"`{stats.tokenizer}`; sha256 of `tokenizer.backend_tokenizer.to_str()`: `{stats.tokenizer_sha256}`"
+        f"`{name}`, the one the token ids are in; sha256 of its `tokenizer.backend_tokenizer.to_str()` "
+        f"(check yours against it): {digest}"
     )
 
 
