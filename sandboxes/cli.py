@@ -64,6 +64,7 @@ class TryOptions(BaseModel):
     test: str | None = Field(None, description="Test command for --env; unset: detected.")
     repo: Path = Field(description="The repository (a local git checkout).")
     commit: str = Field(description="Base commit (any git revision).")
+    # `command` comes before `task`: the task's check below reads it.
     command: str | None = Field(
         None, description="Run this shell command inside instead of an agent (debug confinement)."
     )
