@@ -1,10 +1,11 @@
-"""`python -m factory …`: repos, issues, sample, translate, plan, run, status, export, push, harvest.
+"""`python -m factory …`: repos, issues, sample, translate, plan, run, status, reap, export, push, harvest.
 
 The commands of each stage live in `cli_ingest` and `cli_publish`; running the sessions (`run`, `status`,
-`harvest`) lives here."""
+`reap`, `harvest`) lives here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -133,6 +134,40 @@ def status(data_dir: DataDir = Path("data"), db: Db = None) -> None:
     typer.echo(json.dumps(out, indent=1))
 
 
+@app.command()
+def reap(
+    data_dir: DataDir = Path("data"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be removed.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
+    watch: Annotated[
+        str | None,
+        typer.Option(
+            metavar="RUN_ID",
+            help="Wait until that run of --data-dir dies, reap what it left at once, then exit "
+            "(each run starts one).",
+        ),
+    ] = None,
+) -> None:
+    """Reap what the dead runs of the data folder left on this host (what a run does before it starts):
+    their processes, sandboxes and firewall rules, their ledgers, then their proxy's spool, rolled."""
+    from factory.run.lifecycle import reap as reap_dead
+    from factory.run.lifecycle import watch_run
+
+    if watch:
+        found = watch_run(data_dir, watch)
+        for line in found.lines() if found else [f"run {watch} ended cleanly"]:
+            typer.echo(line)
+        return
+    report = reap_dead(data_dir, dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(report)))
+        return
+    for line in report.lines("would remove" if dry_run else "removed"):
+        typer.echo(line)
+    if report.empty() and not report.spool_rolled:
+        typer.echo("nothing left by dead runs")
+
+
 def _setup_failures(s: OrmSession) -> dict[str, dict[str, object]]:
     """Per repository whose environment setup failed in a session (on any host): how many sessions ran
     without their environment image, and the last reason (the sessions still ran, from the toolchain)."""
@@ -172,7 +207,7 @@ def harvest(
 ) -> None:
     """The whole job: issues → target and proxy → translate → plan → Docker → run → export → summary."""
     from factory.harvest import run_harvest
-    from sandboxes.ledger import DataDirBusy
+    from factory.run.ledger import DataDirBusy
 
     own = {
         "data_dir": data_dir,

@@ -15,7 +15,7 @@ from factory.db import connect, default_url, session_factory
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="repos, issues, sample, translate, plan, run, status, export, push, harvest.",
+    help="repos, issues, sample, translate, plan, run, status, reap, export, push, harvest.",
 )
 repos_app = typer.Typer(add_completion=False, help="The repository registry (repos.yaml).")
 app.add_typer(repos_app, name="repos")

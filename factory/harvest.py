@@ -28,6 +28,7 @@ from factory.ingest import sample
 from factory.ingest.translate import Translator, translate_in_background
 from factory.publish.export import ExportStats, export, load_tokenizer
 from factory.run import queue
+from factory.run.ledger import Ledger
 from factory.run.lifecycle import run_scope
 from factory.run.plan import PlanConfig, PlanOptions, plan
 from factory.run.progress import Progress
@@ -36,7 +37,7 @@ from factory.run.runner_types import RunnerArgs, SessionRunner
 from factory.run.runners import RAY_EGRESS, EgressOption, RunnerName, get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
 from factory.run.services import ServiceOptions, free_port, services, upload_to_store
-from sandboxes.ledger import Ledger
+from proxy.roller import roll_data_dir
 
 __all__ = ["HarvestOptions", "free_port", "run_harvest"]
 
@@ -223,8 +224,6 @@ def _sessions_stage(
 
 
 def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[str, object]:
-    from sandboxes.gc import roll_spool
-
     console = console or Console(stderr=True, soft_wrap=True)
     t0 = time.monotonic()
     if opts.tokenizer:  # a tokenizer that is named must load: say so now, not after the sessions
@@ -238,7 +237,7 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         summary: dict[str, object] = {"db": db_url, **_issues(opts, sessions, console)}
         summary |= _sessions_stage(opts, sessions, console, ledger)
         # the proxy is stopped: roll what it left in its spool, then export
-        console.print(f"[bold]roll[/] {roll_spool(opts.data_dir)}", soft_wrap=True)
+        console.print(f"[bold]roll[/] {roll_data_dir(opts.data_dir)}", soft_wrap=True)
         if opts.store_url:  # what the proxy could not upload before it stopped, and the transcripts
             console.print(f"[bold]upload[/] {upload_to_store(opts.data_dir, opts.store_url)}", soft_wrap=True)
     out = opts.data_dir / "dataset"

@@ -50,7 +50,6 @@ def roll(
     ] = ProxySettings.model_fields["data_dir"].default,
 ) -> None:
     """Roll spool segments left by stopped or killed proxies into Parquet parts."""
-    from proxy.roller import roll_all
+    from proxy.roller import roll_data_dir
 
-    segments, calls = roll_all(data_dir / "spool", data_dir / "calls")
-    typer.echo(f"rolled {calls} calls from {segments} segments into {data_dir / 'calls'}")
+    typer.echo(roll_data_dir(data_dir))

@@ -116,3 +116,10 @@ def roll_all(spool_dir: Path, calls_dir: Path, prepare: Prepare | None = None) -
             rolled += n
     remove_stale(calls_dir)
     return segments, rolled
+
+
+def roll_data_dir(data_dir: Path) -> str:
+    """`proxy roll`: every segment of DATA_DIR/spool no live proxy holds, rolled into DATA_DIR/calls; the
+    one line that says so (the factory calls this for the spool a dead run's proxy left)."""
+    segments, calls = roll_all(data_dir / "spool", data_dir / "calls")
+    return f"rolled {calls} calls from {segments} segments into {data_dir / 'calls'}"

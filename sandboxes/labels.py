@@ -1,4 +1,6 @@
-"""Labels on every container and network a sandbox creates, and who owns them (for `gc`)."""
+"""Labels on every container and network a sandbox creates, and who owns them (for `gc`): the owner is a
+process named by host, pid and start time, so a reused pid is never taken for it. A factory run's ledger
+names its owner the same way (`factory/run/ledger.py`), so a run and its sandboxes are judged alike."""
 
 from __future__ import annotations
 

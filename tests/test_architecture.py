@@ -25,7 +25,7 @@ ALLOWED = {
     "proxy": {"clikit", "records", "wire"},
     "serving": {"clikit", "standin"},
     "trainer": {"clikit", "records", "wire", "standin", "serving"},
-    "factory": {"clikit", "records", "wire", "sandboxes", "serving"},
+    "factory": {"clikit", "records", "wire", "sandboxes", "serving", "proxy"},
 }
 
 

@@ -19,13 +19,14 @@ from typing import Any
 import docker
 from rich.console import Console
 
+from factory.run.ledger import DataDirBusy, DataDirLock, Ledger
+from factory.run.reap import ReapReport, reap_data_dir, watch
 from factory.run.sandbox_runner import docker_client
-from sandboxes.gc import GcReport, collect, reap_data_dir
-from sandboxes.ledger import DataDirBusy, DataDirLock, Ledger
+from sandboxes.gc import collect
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DataDirBusy", "preview", "reap", "run_scope"]
+__all__ = ["DataDirBusy", "preview", "reap", "run_scope", "watch_run"]
 
 
 def new_run_id() -> str:
@@ -41,9 +42,14 @@ def _engine() -> Any:
     return client
 
 
-def reap(data_dir: Path, *, dry_run: bool = False) -> GcReport:
+def reap(data_dir: Path, *, dry_run: bool = False) -> ReapReport:
     """What dead runs of `data_dir` left on this host, removed (or only listed with `dry_run`)."""
     return reap_data_dir(data_dir, _engine, dry_run=dry_run)
+
+
+def watch_run(data_dir: Path, run_id: str) -> ReapReport | None:
+    """Wait for run `run_id` of `data_dir` to end; reap it at once if it died (None: it ended cleanly)."""
+    return watch(data_dir, run_id, _engine)
 
 
 def preview(data_dir: Path) -> list[str]:
@@ -58,7 +64,7 @@ def _start_watcher(data_dir: Path, run_id: str) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "reaper.log").open("ab") as log:
         subprocess.Popen(
-            [sys.executable, "-m", "sandboxes", "gc", "--data-dir", str(data_dir), "--watch", run_id],
+            [sys.executable, "-m", "factory", "reap", "--data-dir", str(data_dir), "--watch", run_id],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 

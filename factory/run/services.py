@@ -25,8 +25,9 @@ from pydantic import BaseModel, Field
 from rich.console import Console
 
 from factory.errors import FactoryError
-from records.storage import Store
-from sandboxes.ledger import Ledger
+from factory.run.ledger import Ledger
+from proxy.uploader import Uploader, UploaderSettings
+from records.storage import StorageError, Store
 from serving.check import TargetCheck, check_target
 from serving.venv import availability
 
@@ -239,29 +240,30 @@ def services(
             s.stop()
 
 
-def upload_to_store(data_dir: Path, store_url: str) -> str:
-    """After the proxy stopped (and its spool was rolled): the parts still in DATA_DIR/calls go to the store
-    (`python -m proxy.uploader --once`, run as a program: the proxy owns its parts), and the transcripts to
-    STORE/transcripts/ and the services' logs to STORE/logs/HOST/, under the keys the Ray nodes use (a copy:
-    the database names the local files).
-    Raises StoreUnavailable when parts are left, so the export never reads a bucket that lacks calls."""
-    argv = [
-        sys.executable,
-        "-m",
-        "proxy.uploader",
-        "--data-dir",
-        str(data_dir),
-        "--store-url",
-        store_url,
-        "--once",
-    ]
-    r = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
+def _upload_calls(data_dir: Path, store_url: str) -> str:
+    """The parts still in DATA_DIR/calls, to STORE/calls: the proxy's own uploader, in this process, trying
+    as long as `python -m proxy.uploader --once` would; raises StoreUnavailable when parts are left."""
+    try:
+        up = Uploader(data_dir / "calls", Store.from_url(store_url))
+        left = up.drain(UploaderSettings.model_fields["drain_s"].default)
+        error = up.stats.last_error
+    except (StorageError, OSError) as exc:  # a URL that cannot be opened (or s3fs missing for s3://)
+        left, error = -1, f"{type(exc).__name__}: {exc}"
+    if left:
+        retry = f"python -m proxy.uploader --data-dir {data_dir} --store-url {store_url} --once"
         raise StoreUnavailable(
-            f"calls could not all be uploaded to {store_url} ({r.stdout.strip() or r.stderr.strip()[-500:]}); "
-            f"they are safe in {data_dir}/calls: run `{' '.join(argv[1:])}` once the store answers, then "
-            f"`python -m factory export --calls-url {store_url}`"
+            f"calls could not all be uploaded to {store_url} ({error}); they are safe in {data_dir}/calls: "
+            f"run `{retry}` once the store answers, then `python -m factory export --calls-url {store_url}`"
         )
+    return f"uploaded {up.stats.uploaded} part(s) to {store_url}; 0 left"
+
+
+def upload_to_store(data_dir: Path, store_url: str) -> str:
+    """After the proxy stopped (and its spool was rolled): the parts still in DATA_DIR/calls go to the store,
+    and the transcripts to STORE/transcripts/ and the services' logs to STORE/logs/HOST/, under the keys the
+    Ray nodes use (a copy: the database names the local files).
+    Raises StoreUnavailable when parts are left, so the export never reads a bucket that lacks calls."""
+    calls = _upload_calls(data_dir, store_url)
     root = data_dir / "transcripts"
     transcripts = sorted(root.rglob("*.jsonl.zst")) if root.is_dir() else []
     logs = sorted((data_dir / "logs").glob("*.log"))  # the services' logs, under the key the Ray nodes use
@@ -274,9 +276,9 @@ def upload_to_store(data_dir: Path, store_url: str) -> str:
     except (
         Exception
     ) as exc:  # the calls are in the store; transcripts and logs stay in the data dir either way
-        return f"{r.stdout.strip()}; transcripts and logs not uploaded ({type(exc).__name__}: {exc}), kept in {data_dir}"
+        return f"{calls}; transcripts and logs not uploaded ({type(exc).__name__}: {exc}), kept in {data_dir}"
     return (
-        f"{r.stdout.strip()}; {len(transcripts)} transcript(s) to {store_url}/transcripts, "
+        f"{calls}; {len(transcripts)} transcript(s) to {store_url}/transcripts, "
         f"{len(logs)} log(s) to {store_url}/logs/{socket.gethostname()}"
     )
 

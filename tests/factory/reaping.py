@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from sandboxes.ledger import ProcessEntry, process_alive
+from factory.run.ledger import ProcessEntry, process_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 

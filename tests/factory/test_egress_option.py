@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from factory.cli import app
 from factory.harvest import HarvestOptions, _session_runner
+from factory.run.ledger import Ledger
 from factory.run.runners import RAY_EGRESS
 from factory.run.sandbox_runner import SandboxSessionRunner
-from sandboxes.ledger import Ledger
 
 
 def test_harvest_refuses_a_bad_egress_and_egress_with_ray(tmp_path: Path) -> None:

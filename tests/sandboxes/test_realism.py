@@ -15,8 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from sandboxes.cli import main as cli_main
+from sandboxes.cli import app as cli_app
 from sandboxes.config import SandboxSettings
 from sandboxes.envimage import gc_env_images
 from sandboxes.environment import prepare
@@ -100,7 +101,6 @@ def test_python_environment_image_baseline_fails_after_fix_passes(
     agents_image: str,
     settings: SandboxSettings,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
 ) -> None:
     repo, sha = python_repo(tmp_path)
     repo_id = f"test/calc-{uuid.uuid4().hex[:6]}"
@@ -141,8 +141,10 @@ def test_python_environment_image_baseline_fails_after_fix_passes(
         assert gc_env_images(docker_client, settings, repo_id=repo_id, dry_run=True, now=later) == [
             prepared.image
         ]
-        cli_main(["env-gc", "--repo", repo_id, "--budget-gb", "0.000001", "--dry-run"])
-        assert f"would remove {prepared.image}" in capsys.readouterr().out
+        result = CliRunner().invoke(
+            cli_app, ["env-gc", "--repo", repo_id, "--budget-gb", "0.000001", "--dry-run"]
+        )
+        assert f"would remove {prepared.image}" in result.stdout, result.output
         assert gc_env_images(docker_client, tiny, repo_id=repo_id) == [prepared.image]
         assert not docker_client.images.list(filters={"label": f"dflash.env.repo={repo_id}"})
 

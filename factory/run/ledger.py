@@ -1,11 +1,14 @@
 """What a run started on this host, written under its data folder so that once the run is dead a later run
-(or `python -m sandboxes gc --data-dir`) can remove it all.
+(or `python -m factory reap`) can remove it all.
 
 A run's ledger (`DATA_DIR/runs/<run id>.json`) names its owner (host, pid and the process's start time, so a
 reused pid is told apart), the processes it started (pid and start time each), whether it started sandboxes
 (their containers, networks and firewall rules carry the run id in their labels and rule comments) and the
 spool folder its proxy wrote. Nothing is ever chosen by a name pattern: only what a dead owner recorded, or
 labelled with its run id, is removed. `DataDirLock` keeps a second live run off the same data folder.
+
+The owner token is the one sandboxes write in their `dflash.sandbox.owner` label (`sandboxes.labels`), so a
+run and its containers are judged alive or dead the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from sandboxes.errors import SandboxError
+from factory.errors import FactoryError
 from sandboxes.labels import owner_alive, owner_token, process_start_time
 
 RUNS_DIR = "runs"
@@ -115,7 +118,7 @@ def dead_ledgers(data_dir: Path) -> list[tuple[Path, RunLedger]]:
     return [(p, rec) for p, rec in read_ledgers(data_dir) if not owner_alive(rec.owner)]
 
 
-class DataDirBusy(SandboxError, RuntimeError):
+class DataDirBusy(FactoryError, RuntimeError):
     """Another live run holds the data folder."""
 
 

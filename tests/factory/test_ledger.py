@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from sandboxes.gc import reap_data_dir
+from factory.cli import app
+from factory.run.ledger import DataDirBusy, DataDirLock, Ledger, ProcessEntry, process_alive, read_ledgers
+from factory.run.reap import reap_data_dir
 from sandboxes.labels import process_start_time
-from sandboxes.ledger import DataDirBusy, DataDirLock, Ledger, ProcessEntry, process_alive, read_ledgers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = """
 import subprocess, sys, time
 from pathlib import Path
-from sandboxes.ledger import DataDirLock, Ledger
+from factory.run.ledger import DataDirLock, Ledger
 data = Path(sys.argv[1])
 lock = DataDirLock(data).acquire() if sys.argv[2] == "lock" else None
 ledger = Ledger(data, "run-" + sys.argv[3])
@@ -116,23 +118,23 @@ def test_a_half_written_ledger_is_skipped(tmp_path):
 
 
 @pytest.mark.docker
-def test_gc_command_reaps_a_data_folder_and_says_what_it_removed(tmp_path, docker_client, capsys):
-    from sandboxes.cli import main
+def test_reap_command_reaps_a_data_folder_and_says_what_it_removed(tmp_path, docker_client):
+    def reap(*args: str) -> str:
+        result = CliRunner().invoke(app, ["reap", "--data-dir", str(data), *args])
+        assert result.exit_code == 0, result.output
+        return result.stdout
 
     data = tmp_path / "data"
     dead, child = start_run(data, "dead", lock=False)
     try:
         kill9(dead)
-        main(["gc", "--data-dir", str(data), "--dry-run"])
-        assert f"would stop service (pid {child})" in capsys.readouterr().out
+        assert f"would stop service (pid {child})" in reap("--dry-run")
         assert process_start_time(child) is not None
-        main(["gc", "--data-dir", str(data)])
-        out = capsys.readouterr().out.splitlines()
+        out = reap().splitlines()
         assert f"stopped service (pid {child})" in out
         assert "dead run run-dead: ledger closed" in out
         assert process_start_time(child) is None  # gone, and reaped by init
-        main(["gc", "--data-dir", str(data)])
-        assert capsys.readouterr().out.strip() == "nothing left by dead runs"
+        assert reap().strip() == "nothing left by dead runs"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
