@@ -116,9 +116,10 @@ def roll_throughput(events: int) -> tuple[float, float]:
 
     from proxy.parquet import to_row
     from proxy.record import Call
+    from wire import Api
 
     chunk = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "},"token_ids":[7]}]}\n\n'
-    call = Call(method="POST", path="/v1/chat/completions", api="openai_chat", upstream="u", proxy_id="p")
+    call = Call(method="POST", path="/v1/chat/completions", api=Api.CHAT.value, upstream="u", proxy_id="p")
     call.response_content_type = "text/event-stream"
     call.response_chunks = [chunk * 512 for _ in range(events // 512)]
     t0 = time.perf_counter()

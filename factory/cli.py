@@ -22,7 +22,7 @@ from factory.cli_common import DataDir, Db, app, console
 from factory.cli_common import db_sessions as _sessions
 from factory.harvest import HarvestOptions
 from factory.run.runners import RAY_EGRESS, RunOptions
-from factory.run.services import UpstreamApi
+from wire import UpstreamApi
 
 __all__ = ["app", "cli_ingest", "cli_publish", "main"]  # the stage modules register their commands on `app`
 

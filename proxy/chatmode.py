@@ -1,7 +1,8 @@
 """Exchanges that change bytes: vLLM token ids on Chat Completions, and translation to a Chat upstream.
 
-Each is one small class; `exchange_factory(settings)` picks one per call. Translation state (the
-stream translators) lives in `wire`; these classes only wire it to the relay.
+Each is one small class; `exchange_factory(settings)` picks one per call from what the call's API shape
+(`wire.shapes`) offers. Translation state (the stream translators) lives in `wire`; these classes only wire it
+to the relay.
 """
 
 from __future__ import annotations
@@ -15,21 +16,10 @@ from proxy.exchange import Exchange, ExchangeFactory, Passthrough
 from proxy.limits import capped
 from proxy.record import Call
 from proxy.tokenize import TOKENIZE_FLAG
-from wire import (
-    AnthropicStreamTranslator,
-    ResponsesStreamTranslator,
-    SSETokenIdStripper,
-    Translated,
-    anthropic_to_chat_request,
-    chat_to_anthropic_message,
-    chat_to_responses_response,
-    count_tokens_to_tokenize_request,
-    responses_to_chat_request,
-    strip_token_ids_bytes,
-    tokenize_to_count_tokens,
-)
+from wire import API_SHAPES, Api, ApiShape, SSETokenIdStripper, Translated, shape_of, strip_token_ids_bytes
+from wire.stream_base import ChatStreamTranslator
 
-CHAT_PATH = "/v1/chat/completions"
+CHAT_PATH = API_SHAPES[Api.CHAT].path
 
 
 class ChatTokenIds:
@@ -64,10 +54,11 @@ class _Translating:
 
     rewrites = True
     upstream_path = CHAT_PATH
-    family = "anthropic"  # the client's error shape
-    _stream: AnthropicStreamTranslator | ResponsesStreamTranslator
+    _stream: ChatStreamTranslator
 
-    def __init__(self, call: Call, translated: Translated, request: dict[str, Any]) -> None:
+    def __init__(self, call: Call, shape: ApiShape, translated: Translated, request: dict[str, Any]) -> None:
+        self.shape = shape
+        self.family = shape.family  # the client's error shape
         self.request = request
         self.upstream_body = dumps(translated.request)
         call.translated = True
@@ -119,24 +110,18 @@ def _error_message(reply: Any) -> str:
     return str(err or (reply.get("message") if isinstance(reply, dict) else reply) or "upstream error")
 
 
-class MessagesViaChat(_Translating):
-    def __init__(self, call: Call, body: dict[str, Any], return_token_ids: bool) -> None:
-        super().__init__(call, anthropic_to_chat_request(body, return_token_ids=return_token_ids), body)
-        self._stream = AnthropicStreamTranslator(body)
+class ViaChat(_Translating):
+    """A Messages or Responses call (any shape with translators) sent to a Chat-only upstream."""
+
+    def __init__(self, call: Call, shape: ApiShape, body: dict[str, Any], return_token_ids: bool) -> None:
+        if shape.to_chat is None or shape.from_chat is None or shape.stream is None:
+            raise ValueError(f"{shape.api} has no translation to Chat")  # chosen only for a shape that has
+        super().__init__(call, shape, shape.to_chat(body, return_token_ids=return_token_ids), body)
+        self._stream = shape.stream(body)
+        self._from_chat = shape.from_chat
 
     def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
-        return chat_to_anthropic_message(reply, self.request)
-
-
-class ResponsesViaChat(_Translating):
-    family = "openai"
-
-    def __init__(self, call: Call, body: dict[str, Any], return_token_ids: bool) -> None:
-        super().__init__(call, responses_to_chat_request(body, return_token_ids=return_token_ids), body)
-        self._stream = ResponsesStreamTranslator(body)
-
-    def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
-        return chat_to_responses_response(reply, self.request)
+        return self._from_chat(reply, self.request)
 
 
 class CountTokensViaTokenize(_Translating):
@@ -144,14 +129,17 @@ class CountTokensViaTokenize(_Translating):
 
     upstream_path = "/tokenize"
 
-    def __init__(self, call: Call, body: dict[str, Any]) -> None:
-        super().__init__(call, count_tokens_to_tokenize_request(body), body)
+    def __init__(self, call: Call, shape: ApiShape, body: dict[str, Any]) -> None:
+        if shape.tokenize is None or shape.from_tokenize is None:
+            raise ValueError(f"{shape.api} is not answered from /tokenize")  # chosen only for one that is
+        super().__init__(call, shape, shape.tokenize(body), body)
+        self._from_tokenize = shape.from_tokenize
 
     def _is_answer(self, reply: dict[str, Any]) -> bool:
         return "count" in reply or "tokens" in reply
 
     def _from_upstream(self, reply: dict[str, Any]) -> dict[str, Any]:
-        return tokenize_to_count_tokens(reply)
+        return self._from_tokenize(reply)
 
 
 def exchange_factory(settings: ProxySettings) -> ExchangeFactory:
@@ -165,15 +153,16 @@ def exchange_factory(settings: ProxySettings) -> ExchangeFactory:
         if (lowered := capped(call.api, body, settings.max_tokens_cap, settings.served_context)) is not None:
             body, call.max_tokens_capped = lowered
             raw_body = dumps(body)  # what goes upstream; the client's own body is recorded as it sent it
-        if call.api == "openai_chat" and ids and "return_token_ids" not in body:
+        shape = shape_of(call.api)
+        if shape is None:
+            return Passthrough(upstream_path, raw_body)
+        if shape.token_ids and ids and "return_token_ids" not in body:
             return ChatTokenIds(upstream_path, body)
-        if chat_mode and call.api == "anthropic_messages":
-            return MessagesViaChat(call, body, ids)
-        if chat_mode and call.api == "openai_responses":
-            return ResponsesViaChat(call, body, ids)
-        if chat_mode and call.api == "anthropic_count_tokens":
-            return CountTokensViaTokenize(call, body)
-        if tokenize and call.api in ("anthropic_messages", "openai_responses"):
+        if chat_mode and shape.to_chat:
+            return ViaChat(call, shape, body, ids)
+        if chat_mode and shape.from_tokenize:
+            return CountTokensViaTokenize(call, shape, body)
+        if tokenize and shape.fills_prompt_ids:
             call.extra[TOKENIZE_FLAG] = True  # filled when the record rolls, off the relay's path
         if call.max_tokens_capped is not None:
             return CappedPassthrough(upstream_path, raw_body)

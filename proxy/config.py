@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from wire import UpstreamApi
+
 MiB = 1024 * 1024
 
 
@@ -42,7 +44,7 @@ class ProxySettings(BaseSettings):
         description="A key clients must present (repeatable; in the environment a JSON list or keys separated "
         "by spaces; DFLASH_PROXY_CLIENT_KEYS is read too). None given: no key needed.",
     )
-    upstream_api: Literal["native", "chat"] = Field(
+    upstream_api: UpstreamApi = Field(
         "native", description="What the upstream speaks: every API natively, or Chat Completions only."
     )
     upstream_transport: Literal["aiohttp", "httpx"] = Field(

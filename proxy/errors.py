@@ -1,8 +1,12 @@
-"""Errors in each API's own shape, as whole bodies and as stream events."""
+"""Errors in each API's own shape, as whole bodies and as stream events (those are `wire.errors`', chosen by
+the API's shape)."""
 
 from __future__ import annotations
 
 import json
+
+from wire import shape_of
+from wire.errors import chat_stream_error
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -45,18 +49,6 @@ def error_body(family: str, status: int, message: str) -> bytes:
 
 
 def stream_error_event(api: str, message: str) -> bytes:
-    """The event a client of `api` understands as 'the stream failed', ending the stream."""
-    payload: dict[str, object]
-    if api == "anthropic_messages":
-        payload = {"type": "error", "error": {"type": "api_error", "message": message}}
-        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
-    if api == "openai_responses":
-        payload = {
-            "type": "error",
-            "code": "upstream_error",
-            "message": message,
-            "param": None,
-        }
-        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
-    payload = {"error": {"message": message, "type": "upstream_error", "code": 502}}
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+    """The event a client of `api` understands as 'the stream failed', ending the stream (its shape's)."""
+    shape = shape_of(api)
+    return (shape.stream_error if shape else chat_stream_error)(message)

@@ -31,6 +31,7 @@ from proxy.exchange import Exchange
 from proxy.headers import response_headers, upstream_headers
 from proxy.record import Call, Spill
 from proxy.validate import Rejected
+from wire import shape_of
 
 if TYPE_CHECKING:
     from proxy.relay import Relay
@@ -124,7 +125,7 @@ def _request(relay: Relay, scope: dict[str, Any], call: Call, exchange: Exchange
     headers = upstream_headers(
         scope["headers"],
         rewrites=exchange.rewrites,
-        anthropic=call.api.startswith("anthropic"),
+        anthropic=_family(call.api) == "anthropic",
         key=relay.settings.upstream_key,
     )
     content = exchange.upstream_body if scope["method"] == "POST" else None
@@ -236,6 +237,12 @@ async def _stream(relay: Relay, out: Responder, call: Call, resp: httpx.Response
     if scope.cancelled_caught:
         event = _stream_cut(relay, call, out, flight)
     await _close_stream(relay, out, call, resp, event if readable else None, readable)
+
+
+def _family(api: str) -> str | None:
+    """The error and header family of the call's API (its shape's), None for a name no API has."""
+    shape = shape_of(api)
+    return shape.family if shape else None
 
 
 def _ends(call: Call, outcome: str, error: str, message: str) -> bytes:

@@ -12,20 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
-# The field each API names its completion limit by (Chat's first: the current spelling).
-LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
-    "anthropic_messages": ("max_tokens",),
-    "openai_chat": ("max_completion_tokens", "max_tokens"),
-    "openai_responses": ("max_output_tokens",),
-    "openai_completions": ("max_tokens",),
-}
+from wire import shape_of
 
 
 def capped(
     api: str, body: dict[str, Any], cap: int | None, context: int | None
 ) -> tuple[dict[str, Any], int] | None:
     """(the body with its completion limit lowered, the limit sent), or None when it stands as sent."""
-    fields = LIMIT_FIELDS.get(api)
+    shape = shape_of(api)
+    fields = shape.limit_fields if shape else ()  # the field(s) the API names its limit by (ApiShape)
     bounds = [b for b in (cap, context) if b is not None]
     if not fields or not bounds:
         return None

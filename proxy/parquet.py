@@ -27,8 +27,10 @@ from proxy.codec import decode_iter
 from proxy.errors import ProxyError
 from proxy.record import Call
 from records.schema import CallRecord
-from wire.assemble import Assembled, assemble, summarize
+from wire import Api, shape_of
+from wire.assemble import Assembled
 from wire.client_view import client_view
+from wire.shapes import assemble
 
 log = logging.getLogger(__name__)
 DECODED_MAX = 1 << 30  # the largest decoded response a record holds
@@ -197,14 +199,15 @@ def _dumps(body: Any) -> str | None:
 
 def _assembled(call: Call, data: bytes | Iterable[bytes], is_stream: bool) -> Assembled:
     """Usage and ids from what the upstream sent; the body in the client's API shape."""
-    if call.translated and call.api == "anthropic_count_tokens":
+    shape = shape_of(call.api)
+    if call.translated and shape and shape.from_tokenize:
         return _count_tokens_from_tokenize(data if isinstance(data, bytes) else b"".join(data))
-    if not call.translated or call.api not in ("anthropic_messages", "openai_responses"):
+    if not call.translated or shape is None or shape.from_chat is None:
         return assemble(call.api, data, is_stream)
-    chat = assemble("openai_chat", data, is_stream)
+    chat = assemble(Api.CHAT, data, is_stream)  # what the upstream sent; the client saw it translated
     if chat.body is None or "choices" not in chat.body:
         return chat
-    client = summarize(call.api, client_view(call.api, chat.body, call.request_body))
+    client = shape.summarize(client_view(call.api, chat.body, call.request_body))
     chat.body, chat.finish_reason = client.body, client.finish_reason
     return chat
 

@@ -1,46 +1,41 @@
-"""The fixed set of relayed routes, and the `/s/{session_id}` prefix that attributes a call to a session."""
+"""The fixed set of relayed routes (one per API shape in `wire.shapes`), and the `/s/{session_id}` prefix that attributes a call to a session."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from records.ids import split_session_path
-
-
-class Api(StrEnum):
-    MESSAGES = "anthropic_messages"
-    COUNT_TOKENS = "anthropic_count_tokens"
-    RESPONSES = "openai_responses"
-    CHAT = "openai_chat"
-    COMPLETIONS = "openai_completions"
-    MODELS = "models"
+from wire import API_SHAPES, Api, ApiShape
 
 
 @dataclass(frozen=True)
 class Route:
-    method: str
-    path: str
-    api: Api
-    required: tuple[str, ...] = ()
+    shape: ApiShape
+
+    @property
+    def method(self) -> str:
+        return self.shape.method
+
+    @property
+    def path(self) -> str:
+        return self.shape.path
+
+    @property
+    def api(self) -> Api:
+        return self.shape.api
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return self.shape.required
 
     @property
     def family(self) -> str:
         """Which error shape the client expects."""
-        return "anthropic" if self.api in (Api.MESSAGES, Api.COUNT_TOKENS) else "openai"
+        return self.shape.family
 
 
-ROUTES: dict[tuple[str, str], Route] = {
-    (r.method, r.path): r
-    for r in (
-        Route("POST", "/v1/messages", Api.MESSAGES, ("model", "messages", "max_tokens")),
-        Route("POST", "/v1/messages/count_tokens", Api.COUNT_TOKENS, ("model", "messages")),
-        Route("POST", "/v1/responses", Api.RESPONSES, ("model",)),
-        Route("POST", "/v1/chat/completions", Api.CHAT, ("model", "messages")),
-        Route("POST", "/v1/completions", Api.COMPLETIONS, ("model", "prompt")),
-        Route("GET", "/v1/models", Api.MODELS),
-    )
-}
+# One route per API shape (wire.shapes): a new API is relayed once it is registered there.
+ROUTES: dict[tuple[str, str], Route] = {(s.method, s.path): Route(s) for s in API_SHAPES.values()}
 
 
 @dataclass(frozen=True)

@@ -13,23 +13,21 @@ from typing import Any
 import httpx
 
 from proxy.record import Call
+from wire import shape_of
 
 log = logging.getLogger(__name__)
 TOKENIZE_FLAG = "tokenize"
 
 
 def tokenize_request(call: Call) -> dict[str, Any] | None:
-    from wire import count_tokens_to_tokenize_request, responses_to_tokenize_request
-
+    shape = shape_of(call.api)
+    if shape is None or not shape.fills_prompt_ids or shape.tokenize is None:
+        return None
     try:
         body = json.loads(call.request_body)
     except ValueError:
         return None
-    if call.api == "anthropic_messages":
-        return count_tokens_to_tokenize_request(body).request
-    if call.api == "openai_responses":
-        return responses_to_tokenize_request(body).request
-    return None
+    return shape.tokenize(body).request
 
 
 class TokenizeFiller:

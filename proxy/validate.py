@@ -11,7 +11,7 @@ from typing import Any
 
 from proxy.codec import TooLarge, Unsupported, decode_iter, layers
 from proxy.errors import ProxyError
-from proxy.routes import Api, Route
+from proxy.routes import Route
 
 
 class Rejected(ProxyError):
@@ -69,6 +69,7 @@ def parse_json_body(raw: bytes, encoding: str | None, route: Route, cap: int) ->
             continue  # an explicit null means "not set" in these APIs
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise Rejected(400, f"field '{name}' must be {' or '.join(t.__name__ for t in types)}", data)
-    if route.api == Api.MESSAGES and body["max_tokens"] < 1:
-        raise Rejected(400, "field 'max_tokens' must be at least 1", data)
+    for name in route.shape.at_least_one:
+        if body[name] < 1:
+            raise Rejected(400, f"field '{name}' must be at least 1", data)
     return body, data

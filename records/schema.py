@@ -44,7 +44,8 @@ class CallRecord:
     agent_session_id: Str = None  # the agent's own conversation id (headers or body)
     user_agent: Str = None
     tag: Str = None  # X-Dflash-Tag of the caller (e.g. 'translation' calls of the factory)
-    api: Str = None  # anthropic_messages | openai_responses | openai_chat | openai_completions | ...
+    # a wire.apis.Api value (anthropic_messages, openai_chat, ...): a str, since records imports nothing
+    api: Str = None
     method: Str = None
     path: Str = None  # the upstream path (prefix stripped)
     model: Str = None

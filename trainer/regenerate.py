@@ -42,6 +42,7 @@ from trainer.data.build import heldout_call_ids
 from trainer.data.records import CallExample, load_examples, read_rows
 from trainer.errors import TrainerError
 from trainer.replay.bench import BenchSettings, Server, bench_engine, served
+from wire import API_SHAPES, Api
 
 
 class RegenerateSettings(BaseModel):
@@ -148,9 +149,9 @@ def to_row(ex: CallExample, k: int, body: dict[str, Any], reply: dict[str, Any],
         call_id=sample_id(ex.call_id, k),
         session_id=ex.session_id,
         agent=ex.agent,
-        api="openai_completions",
-        method="POST",
-        path="/v1/completions",
+        api=Api.COMPLETIONS.value,
+        method=API_SHAPES[Api.COMPLETIONS].method,
+        path=API_SHAPES[Api.COMPLETIONS].path,
         model=str(reply.get("model") or body["model"]),
         stream=False,
         status_code=200,

@@ -1,6 +1,8 @@
 """Pure translation between the agents' APIs (Anthropic Messages, OpenAI Responses) and Chat Completions.
 
-No I/O here: the relay calls these functions. One module per direction:
+No I/O here: the relay calls these functions. `apis` names the APIs (`Api`, the strings the records store);
+`shapes` holds one `ApiShape` per API in `API_SHAPES` (route, required fields, translators, assembly, stream
+error), which the proxy and the trainer look up instead of branching on the name. One module per direction:
 
 - `anthropic_request`: Messages body → Chat body (`anthropic_to_chat_request`); `count_tokens` → `/tokenize`;
   `anthropic_messages` converts the turns themselves.
@@ -10,6 +12,7 @@ No I/O here: the relay calls these functions. One module per direction:
   (`responses_items` converts input items, `responses_tools` maps tool names).
 - `stream_base`: what both stream translators share (chunk parsing, ids, usage, choice routing).
 - `sse`, `assemble`, `client_view`: SSE parsing, whole-stream assembly, a translated reply in the client's shape.
+- `continued`: a request followed by its recorded reply; `errors`: each API's failed-stream event.
 - `token_ids`: take vLLM's token ids out of chat responses and chunks (dicts or raw bytes).
 - `reverse`: Chat body → Messages / Responses body (auditing and round-trip tests).
 
@@ -24,11 +27,13 @@ from wire.anthropic_request import (
 )
 from wire.anthropic_response import chat_to_anthropic_message
 from wire.anthropic_stream import AnthropicStreamTranslator
+from wire.apis import Api, UpstreamApi
 from wire.common import FieldNote, Translated
 from wire.responses_request import responses_to_chat_request, responses_to_tokenize_request
 from wire.responses_response import chat_to_responses_response
 from wire.responses_stream import ResponsesStreamTranslator
 from wire.reverse import chat_to_anthropic_request, chat_to_responses_request
+from wire.shapes import API_SHAPES, ApiShape, shape_of
 from wire.token_ids import (
     SSETokenIdStripper,
     TokenIdCollector,
@@ -40,13 +45,17 @@ from wire.token_ids import (
 )
 
 __all__ = [
+    "API_SHAPES",
     "AnthropicStreamTranslator",
+    "Api",
+    "ApiShape",
     "FieldNote",
     "ResponsesStreamTranslator",
     "SSETokenIdStripper",
     "TokenIdCollector",
     "TokenIds",
     "Translated",
+    "UpstreamApi",
     "anthropic_to_chat_request",
     "ask_token_ids",
     "chat_to_anthropic_message",
@@ -58,6 +67,7 @@ __all__ = [
     "read_token_ids",
     "responses_to_chat_request",
     "responses_to_tokenize_request",
+    "shape_of",
     "strip_token_ids_bytes",
     "tokenize_to_count_tokens",
 ]

@@ -1,9 +1,11 @@
-"""Turn a relayed response (stream or not) into the API's non-streaming shape plus usage and token ids."""
+"""Turn a relayed response (stream or not) into the API's non-streaming shape plus usage and token ids.
+
+Each API's parts (its stream assembler, its summary) are listed by its shape in `wire.shapes`."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,53 +23,68 @@ class Assembled:
     errors: list[str] = field(default_factory=list)
 
 
-def assemble(api: str, data: bytes | Iterable[bytes], is_stream: bool) -> Assembled:
+# How one API's non-streaming body reports usage, finish reason and token ids (filled into an Assembled).
+Summary = Callable[[dict[str, Any], Assembled], None]
+# How one API's stream events add up to its non-streaming body.
+StreamBody = Callable[[Iterable[dict[str, Any]]], dict[str, Any] | None]
+
+
+def assemble_with(
+    stream_body: StreamBody | None, summary: Summary | None, data: bytes | Iterable[bytes], is_stream: bool
+) -> Assembled:
     """`data` is the whole body, or (a stream) its pieces in order: assembly is linear in the events and never
-    needs the stream in one piece."""
+    needs the stream in one piece. The API's own parts come from its shape (`wire.shapes`)."""
     if not is_stream:
         raw = data if isinstance(data, bytes) else b"".join(data)
         try:
             body = json.loads(raw) if raw else None
         except (ValueError, RecursionError):
             return Assembled(errors=["response body is not JSON"])
-        return summarize(api, body if isinstance(body, dict) else None)
+        return summarize_with(summary, body if isinstance(body, dict) else None)
     events = sse.iter_json_events([data] if isinstance(data, bytes) else data)
-    if api == "anthropic_messages":
-        return summarize(api, _anthropic_stream(events))
-    if api == "openai_responses":
-        return summarize(api, _responses_stream(events))
-    if api in ("openai_chat", "openai_completions"):
-        return summarize(api, _chat_stream(events))
+    if stream_body is not None:
+        return summarize_with(summary, stream_body(events))
     for _ in events:  # drain: an unknown API's stream is still read (and its errors counted) once
         pass
     return Assembled()
 
 
-def summarize(api: str, body: dict[str, Any] | None) -> Assembled:
+def summarize_with(summary: Summary | None, body: dict[str, Any] | None) -> Assembled:
     """Pull usage, finish reason and token ids out of a non-streaming-shaped body."""
     out = Assembled(body=body)
-    if not body:
-        return out
-    usage = body.get("usage") or {}
-    if api == "anthropic_messages":
-        out.prompt_tokens = _sum_ints(
-            usage, "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
-        )
-        out.completion_tokens = usage.get("output_tokens")
-        out.finish_reason = body.get("stop_reason")
-    elif api == "openai_responses":
-        out.prompt_tokens, out.completion_tokens = usage.get("input_tokens"), usage.get("output_tokens")
-        incomplete = body.get("incomplete_details") or {}
-        out.finish_reason = incomplete.get("reason") or body.get("status")
-    elif api in ("openai_chat", "openai_completions"):
-        out.prompt_tokens, out.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        choices = body.get("choices") or [{}]
-        out.finish_reason = choices[0].get("finish_reason")
-        out.prompt_token_ids = body.get("prompt_token_ids")
-        out.completion_token_ids = choices[0].get("token_ids")
-    elif api == "anthropic_count_tokens":
-        out.prompt_tokens = body.get("input_tokens")
+    if body and summary is not None:
+        summary(body, out)
     return out
+
+
+def anthropic_summary(body: dict[str, Any], out: Assembled) -> None:
+    usage = body.get("usage") or {}
+    out.prompt_tokens = _sum_ints(
+        usage, "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
+    )
+    out.completion_tokens = usage.get("output_tokens")
+    out.finish_reason = body.get("stop_reason")
+
+
+def responses_summary(body: dict[str, Any], out: Assembled) -> None:
+    usage = body.get("usage") or {}
+    out.prompt_tokens, out.completion_tokens = usage.get("input_tokens"), usage.get("output_tokens")
+    incomplete = body.get("incomplete_details") or {}
+    out.finish_reason = incomplete.get("reason") or body.get("status")
+
+
+def chat_summary(body: dict[str, Any], out: Assembled) -> None:
+    """Chat Completions and legacy Completions: the ids are vLLM's (`return_token_ids`)."""
+    usage = body.get("usage") or {}
+    out.prompt_tokens, out.completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    choices = body.get("choices") or [{}]
+    out.finish_reason = choices[0].get("finish_reason")
+    out.prompt_token_ids = body.get("prompt_token_ids")
+    out.completion_token_ids = choices[0].get("token_ids")
+
+
+def count_tokens_summary(body: dict[str, Any], out: Assembled) -> None:
+    out.prompt_tokens = body.get("input_tokens")
 
 
 def _sum_ints(d: dict[str, Any], *keys: str) -> int | None:
@@ -100,7 +117,7 @@ class _Parts:
         self._parts.clear()
 
 
-def _anthropic_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def anthropic_stream_body(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     msg: dict[str, Any] | None = None
     parts = _Parts()
     for ev in events:
@@ -150,7 +167,7 @@ def _apply_anthropic_delta(block: dict[str, Any], delta: dict[str, Any], parts: 
         parts.add(idx, block, "signature", delta.get("signature", ""))
 
 
-def _responses_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def responses_stream_body(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     final: dict[str, Any] | None = None
     items: dict[int, dict[str, Any]] = {}
     for ev in events:
@@ -167,7 +184,7 @@ def _responses_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None
     return final
 
 
-def _chat_stream(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def chat_stream_body(events: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     out: dict[str, Any] | None = None
     choices: dict[int, tuple[dict[str, Any], _Parts]] = {}
     for chunk in events:

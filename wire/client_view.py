@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wire.anthropic_response import chat_to_anthropic_message
-from wire.responses_response import chat_to_responses_response
+from wire.shapes import shape_of
 
 
 def client_view(api: str, chat: dict[str, Any], request_body: bytes) -> dict[str, Any]:
@@ -18,6 +17,7 @@ def client_view(api: str, chat: dict[str, Any], request_body: bytes) -> dict[str
         request = json.loads(request_body) if request_body else {}
     except ValueError:
         request = {}
-    if api == "anthropic_messages":
-        return chat_to_anthropic_message(chat, request)
-    return chat_to_responses_response(chat, request)
+    shape = shape_of(api)
+    if shape is None or shape.from_chat is None:
+        raise ValueError(f"{api!r} is not translated: its reply is the Chat reply itself")
+    return shape.from_chat(chat, request)

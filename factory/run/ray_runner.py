@@ -36,7 +36,7 @@ from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner, RunStats
 from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
 from factory.run.runners import RunnerName
-from factory.run.services import UpstreamApi
+from wire import UpstreamApi
 
 log = logging.getLogger(__name__)
 

@@ -30,13 +30,11 @@ from proxy.uploader import Uploader, UploaderSettings
 from records.storage import StorageError, Store
 from serving.check import TargetCheck, check_target
 from serving.venv import availability
+from wire import UpstreamApi
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-# What a proxy sends the target. chat: Messages/Responses calls become Chat Completions, the only API whose
-# answers carry exact token ids (vLLM and the stand-in alike); native relays each API as is.
-UpstreamApi = Literal["chat", "native"]
 Engine = Literal["vllm", "standin"]
 
 

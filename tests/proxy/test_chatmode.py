@@ -171,12 +171,15 @@ async def test_a_stream_the_translator_cannot_handle_ends_with_an_error_event(mo
 
 
 async def test_a_reply_the_translator_cannot_handle_is_a_502_in_the_clients_shape(monkeypatch):
-    import proxy.chatmode
+    import dataclasses
+
+    from wire import API_SHAPES, Api
 
     def broken(chat, request):
         raise KeyError("choices")
 
-    monkeypatch.setattr(proxy.chatmode, "chat_to_anthropic_message", broken)
+    messages = dataclasses.replace(API_SHAPES[Api.MESSAGES], from_chat=broken)
+    monkeypatch.setitem(API_SHAPES, Api.MESSAGES, messages)
     async with proxied(lambda req: reply(200, CHAT_REPLY), upstream_api="chat") as (client, sink):
         r = await client.post("/v1/messages", json=MSG)
         assert (await client.get("/healthz")).status_code == 200

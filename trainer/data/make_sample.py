@@ -45,14 +45,10 @@ from trainer.data.sample_texts import (
     TASKS_KO,
     TOOLS,
 )
-from wire import (
-    anthropic_to_chat_request,
-    chat_to_anthropic_message,
-    chat_to_anthropic_request,
-    chat_to_responses_request,
-    chat_to_responses_response,
-    responses_to_chat_request,
-)
+from wire import API_SHAPES, Api
+
+# The API each agent speaks (any other: Chat Completions, as OpenCode does).
+AGENT_APIS = {AgentName.CLAUDE_CODE: Api.MESSAGES, AgentName.CODEX: Api.RESPONSES}
 
 SAMPLE_DIR = Path(__file__).parent / "sample"
 
@@ -78,21 +74,16 @@ def _session(rng: random.Random, i: int) -> dict[str, Any]:
 
 def _api_request(agent: str, chat: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any] | None]:
     """(api, the body the agent sends, the Chat body the proxy sends upstream when it translates)."""
-    if agent == AgentName.CLAUDE_CODE:
-        body = chat_to_anthropic_request(chat)
-        return "anthropic_messages", body, anthropic_to_chat_request(body, return_token_ids=True).request
-    if agent == AgentName.CODEX:
-        body = chat_to_responses_request(chat)
-        return "openai_responses", body, responses_to_chat_request(body, return_token_ids=True).request
-    return "openai_chat", chat, None
+    shape = API_SHAPES[AGENT_APIS.get(AgentName(agent), Api.CHAT)]
+    if shape.from_chat_request is None or shape.to_chat is None:
+        return shape.api.value, chat, None
+    body = shape.from_chat_request(chat)
+    return shape.api.value, body, shape.to_chat(body, return_token_ids=True).request
 
 
 def _api_response(api: str, chat_response: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    if api == "anthropic_messages":
-        return chat_to_anthropic_message(chat_response, request)
-    if api == "openai_responses":
-        return chat_to_responses_response(chat_response, request)
-    return chat_response
+    from_chat = API_SHAPES[Api(api)].from_chat
+    return from_chat(chat_response, request) if from_chat else chat_response
 
 
 def _record(
@@ -116,9 +107,7 @@ def _record(
         "tag": None,
         "api": api,
         "method": "POST",
-        "path": {"anthropic_messages": "/v1/messages", "openai_responses": "/v1/responses"}.get(
-            api, "/v1/chat/completions"
-        ),
+        "path": API_SHAPES[Api(api)].path,
         "model": chat_response["model"],
         "stream": False,
         "status_code": 200,
@@ -180,7 +169,7 @@ def generate(target_name: str, sessions: int, calls: int, max_tokens: int, seed:
                     "total_tokens": len(prompt) + len(completion),
                 },
             }
-            with_ids = api != "openai_chat" or (i + c) % 3 != 0  # some OpenCode calls carry no ids
+            with_ids = api != Api.CHAT or (i + c) % 3 != 0  # some OpenCode calls carry no ids
             rows.append(
                 _record(rng, s, session_id, api, body, upstream, chat_response, prompt, completion, with_ids)
             )
@@ -235,9 +224,9 @@ def generate_chat(target_name: str, prompts: int, max_tokens: int, seed: int) ->
                 "session_id": uuid.UUID(int=rng.getrandbits(128)).hex,
                 "agent": "chat",
                 "tag": None,
-                "api": "openai_chat",
+                "api": Api.CHAT.value,
                 "method": "POST",
-                "path": "/v1/chat/completions",
+                "path": API_SHAPES[Api.CHAT].path,
                 "model": target_name,
                 "stream": False,
                 "status_code": 200,

@@ -25,7 +25,7 @@ from records.io import read_batches
 from records.schema import COLUMNS as RECORD_COLUMNS
 from standin.model import Target
 from trainer.errors import TrainerError
-from wire import anthropic_to_chat_request, responses_to_chat_request
+from wire import Api, shape_of
 
 # Columns read from the call records (the proxy's Parquet, or the factory's exported dataset).
 COLUMNS = (
@@ -147,35 +147,24 @@ def _chat_request(row: Mapping[str, Any], response: Mapping[str, Any] | None) ->
     if row.get("translated") and row.get("upstream_request_json"):
         chat = dict(_json(row["upstream_request_json"]))
         if response is not None:
-            chat["messages"] = [*chat.get("messages", []), _chat_assistant(response, "openai_chat")]
+            chat["messages"] = [*chat.get("messages", []), _chat_assistant(response)]
         return chat
     req = _json(row.get("request_json"))
     if not isinstance(req, dict):
         raise Excluded("bad_json")
-    if api == "openai_chat":
+    if api == Api.CHAT:  # the pivot: the body is what the target rendered
         chat = dict(req)
         if response is not None:
-            chat["messages"] = [*chat.get("messages", []), _chat_assistant(response, api)]
+            chat["messages"] = [*chat.get("messages", []), _chat_assistant(response)]
         return chat
-    if api == "anthropic_messages":
-        body = dict(req)
-        if response is not None:
-            body["messages"] = [
-                *body.get("messages", []),
-                {"role": "assistant", "content": response.get("content") or []},
-            ]
-        return dict(anthropic_to_chat_request(body).request)
-    if api == "openai_responses":
-        body = dict(req)
-        if response is not None:
-            items = body.get("input")
-            items = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
-            body["input"] = [*items, *(response.get("output") or [])]
-        return dict(responses_to_chat_request(body).request)
-    raise Excluded(f"unsupported_api:{api}")
+    shape = shape_of(api)
+    if shape is None or shape.to_chat is None or shape.with_reply is None:
+        raise Excluded(f"unsupported_api:{api}")
+    body = shape.with_reply(req, response) if response is not None else dict(req)
+    return dict(shape.to_chat(body).request)
 
 
-def _chat_assistant(response: Mapping[str, Any], api: str) -> dict[str, Any]:
+def _chat_assistant(response: Mapping[str, Any]) -> dict[str, Any]:
     choices = response.get("choices") or []
     if not choices or not isinstance(choices[0].get("message"), Mapping):
         raise Excluded("no_response_message")
@@ -200,7 +189,7 @@ def _render_example(target: Target, row: Mapping[str, Any]) -> tuple[list[int], 
     response = _json(row.get("response_json"))
     if not isinstance(response, dict):
         raise Excluded("no_response")
-    if api == "openai_completions":
+    if api == Api.COMPLETIONS:  # a bare prompt: no template to render
         req = _json(row.get("request_json")) or {}
         prompt_text = req.get("prompt")
         if not isinstance(prompt_text, str):

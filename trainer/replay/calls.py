@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from trainer.data.build import stable_fraction
 from trainer.data.records import read_rows
 from trainer.errors import TrainerError
-from wire import anthropic_to_chat_request, responses_to_chat_request
+from wire import Api, shape_of
 
 
 class ReplayError(TrainerError):
@@ -55,12 +55,11 @@ def _chat_body(row: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(body, dict):
             return None
         api = row.get("api")
-        if api == "openai_chat":
+        if api == Api.CHAT:  # the pivot: already the body the target was asked
             return body
-        if api == "anthropic_messages":
-            return dict(anthropic_to_chat_request(body).request)
-        if api == "openai_responses":
-            return dict(responses_to_chat_request(body).request)
+        shape = shape_of(api)
+        if shape is not None and shape.to_chat is not None:
+            return dict(shape.to_chat(body).request)
     except (TypeError, ValueError, KeyError):
         return None
     return None
