@@ -28,6 +28,7 @@ from factory.ingest import sample  # noqa: E402
 from factory.run.fake_runner import FakeSessionRunner  # noqa: E402
 from factory.run.plan import PlanConfig, plan  # noqa: E402
 from factory.run.runner import RunConfig, Runner  # noqa: E402
+from factory.run.runner_types import FAKE  # noqa: E402
 from proxy.uploader import Uploader  # noqa: E402
 from records.storage import Store  # noqa: E402
 
@@ -53,15 +54,15 @@ def _run(root: Path, session_runner: object, n: int, concurrency: int) -> float:
 def scheduling(n: int, concurrency: int, tmp: Path) -> None:
     import ray
 
-    from factory.run.ray_runner import RayOptions, RaySessionRunner
+    from factory.run.ray_runner import SANDBOX_RESOURCE, RayOptions, RaySessionRunner
 
     local = _run(tmp / "local", FakeSessionRunner(), n, concurrency)
     t = time.perf_counter()
-    ray.init(num_cpus=1, resources={"sandbox": concurrency}, object_store_memory=80 * 1024 * 1024,
+    ray.init(num_cpus=1, resources={SANDBOX_RESOURCE: concurrency}, object_store_memory=80 * 1024 * 1024,
              include_dashboard=False, namespace="dflash", log_to_driver=False)  # fmt: skip
     started = time.perf_counter() - t
     opts = RayOptions(address="local", upstream="http://127.0.0.1:9", store_url=str(tmp / "store"),
-                      node_dir=tmp / "node", session_runner="fake", fake_calls=0)  # fmt: skip
+                      node_dir=tmp / "node", session_runner=FAKE, fake_calls=0)  # fmt: skip
     rr = RaySessionRunner(opts)
     warm = _run(tmp / "warm", rr, 1, 1)  # starts the node's proxy actor (its uploader a thread in it)
     steady = _run(tmp / "ray", rr, n, concurrency)

@@ -17,10 +17,10 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
 M = TypeVar("M", bound=BaseModel)
-# Where each field of a command's settings came from, per settings object (not hashable: keyed by id).
-# Each entry holds a weak reference to its object and leaves with it, so an id reused by a later object
-# never answers for it.
-_SOURCES: dict[int, tuple[weakref.ref[BaseModel], dict[str, str]]] = {}
+# Where each field of a command's settings came from, per settings object: a weak reference to the object
+# (pydantic models are not hashable) found by identity, never by id(), so a later object that reuses an
+# address never answers for an earlier one. An entry leaves with its object; a process holds a few.
+_SOURCES: list[tuple[weakref.ref[BaseModel], dict[str, str]]] = []
 _CTX = "clikit_context"  # typer injects the click context into a parameter of this type
 
 
@@ -106,10 +106,14 @@ def _from_env_list(value: list[Any] | tuple[Any, ...]) -> list[Any]:
     return list(value)
 
 
+def _forget(gone: weakref.ref[BaseModel]) -> None:
+    _SOURCES[:] = [entry for entry in _SOURCES if entry[0] is not gone]
+
+
 def source_of(settings: BaseModel, name: str) -> str:
     """Where a field's value came from: 'command line', 'environment' or 'default'."""
-    ref, sources = _SOURCES.get(id(settings), (None, {}))
-    return sources.get(name, "default") if ref is not None and ref() is settings else "default"
+    sources = next((src for ref, src in _SOURCES if ref() is settings), {})
+    return sources.get(name, "default")
 
 
 def _report(exc: ValidationError, model: type[BaseModel], sources: dict[str, str]) -> None:
@@ -155,8 +159,7 @@ def settings_command(
             except ValidationError as exc:
                 _report(exc, model, sources)
                 raise SettingsError() from None
-            key = id(settings)
-            _SOURCES[key] = (weakref.ref(settings, lambda _: _SOURCES.pop(key, None)), sources)
+            _SOURCES.append((weakref.ref(settings, _forget), sources))
             return fn(settings, **kwargs)
 
         ctx_param = inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)

@@ -33,7 +33,7 @@ from factory.run.lifecycle import run_scope
 from factory.run.plan import PlanConfig, PlanOptions, plan
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
-from factory.run.runner_types import RunnerArgs, SessionRunner
+from factory.run.runner_types import SANDBOX, RunnerArgs, SessionRunner
 from factory.run.runners import RAY_EGRESS, EgressOption, RunnerName, get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
 from factory.run.services import ServiceOptions, free_port, services, upload_to_store
@@ -65,7 +65,7 @@ class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
     )
     image: str | None = Field(default=None, description="Agents image (default: build or find).")
     runner: RunnerName = Field(
-        default="sandbox",
+        default=SANDBOX,
         description="sandbox (each agent in a Docker sandbox), or fake (scripted sessions, no Docker).",
     )
     sandbox_command: str | None = Field(

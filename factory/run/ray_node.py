@@ -30,7 +30,7 @@ import ray
 import zstandard
 
 from factory.run.repocache import RepoCache
-from factory.run.runner_types import InfraError, SessionOutcome, SessionRunner, SessionSpec
+from factory.run.runner_types import FAKE, SANDBOX, InfraError, SessionOutcome, SessionRunner, SessionSpec
 from records.storage import Store
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class NodeProxy:
         self.store_url, self.upstream_api = str(opts["store_url"]), str(opts["upstream_api"])
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "logs").mkdir(exist_ok=True)
-        if opts["session_runner"] == "sandbox":
+        if opts["session_runner"] == SANDBOX:
             _reap_dead_sandboxes()
         port = _free_port()
         self.url = f"http://127.0.0.1:{port}"
@@ -177,7 +177,7 @@ def _session_runner(opts: dict[str, Any]) -> SessionRunner:
     """One session runner per worker process (a Docker client, an image tag), built on first use."""
     key = json.dumps(opts, sort_keys=True, default=str)
     if key not in _RUNNERS:
-        if opts["session_runner"] == "fake":
+        if opts["session_runner"] == FAKE:
             from factory.run.fake_runner import FakeSessionRunner
 
             log_path = Path(opts["fake_log"]) if opts.get("fake_log") else None

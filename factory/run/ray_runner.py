@@ -34,9 +34,13 @@ from sqlalchemy.orm import sessionmaker
 from factory.run import ray_node
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner, RunStats
-from factory.run.runner_types import InfraError, SessionOutcome, SessionSpec
+from factory.run.runner_types import SANDBOX, InfraError, SessionOutcome, SessionSpec
 from factory.run.runners import RunnerName
 from wire import UpstreamApi
+
+# The Ray custom resource a node offers per concurrent sandbox (`ray start --resources '{"sandbox": N}'`,
+# docs/factory.md): a resource name, not a runner's.
+SANDBOX_RESOURCE = "sandbox"
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ class RayOptions(BaseSettings):
         default=Path("/var/tmp/dflash-node"), description="Each node's local spool, parts, clones and logs."
     )
     session_runner: RunnerName = Field(
-        default="sandbox",
+        default=SANDBOX,
         description="What a node runs per session: a Docker sandbox, or scripted calls (tests).",
     )
     upstream_api: UpstreamApi = Field(default="native", description="The node proxies' upstream API.")
@@ -110,10 +114,10 @@ class RaySessionRunner:
 
     def slots(self) -> int:
         """Sandbox slots in the whole cluster now (the runner's concurrency)."""
-        return int(ray.cluster_resources().get("sandbox", 0))
+        return int(ray.cluster_resources().get(SANDBOX_RESOURCE, 0))
 
     def run(self, spec: SessionSpec) -> SessionOutcome:
-        ref = self._task.options(resources={"sandbox": 1}).remote(  # type: ignore[attr-defined]
+        ref = self._task.options(resources={SANDBOX_RESOURCE: 1}).remote(  # type: ignore[attr-defined]
             spec, self.opts.node_opts(), self.opts.actor_prefix()
         )
         try:
@@ -131,7 +135,7 @@ class RaySessionRunner:
         """One row per node: id, address, alive, sandbox slots, sessions finished here, calls recorded."""
         rows = []
         for n in ray.nodes():
-            slots = int(n.get("Resources", {}).get("sandbox", 0))
+            slots = int(n.get("Resources", {}).get(SANDBOX_RESOURCE, 0))
             if not slots:
                 continue
             rows.append({"node": n["NodeID"], "ip": n.get("NodeManagerAddress", "?"), "alive": n["Alive"],

@@ -8,6 +8,13 @@ from typing import Any, Literal, Protocol
 
 from factory.errors import FactoryError
 
+# The session runners' names, one owner (factory/run/runners.py maps them to classes): every option that
+# takes a runner is typed by `RunnerName` and defaults to `SANDBOX`; no other module spells a name
+# (tests/test_runner_names.py).
+RunnerName = Literal["sandbox", "fake"]
+SANDBOX: RunnerName = "sandbox"  # each agent in a confined Docker sandbox
+FAKE: RunnerName = "fake"  # scripted sessions without Docker (tests, dry runs)
+
 
 class InfraError(FactoryError, RuntimeError):
     """The session could not run for a reason outside the agent (Docker, git, network): retried."""

@@ -10,15 +10,12 @@ from pydantic import BaseModel, Field
 
 from factory.run.fake_runner import FakeSessionRunner
 from factory.run.runner import RunConfig
-from factory.run.runner_types import RunnerArgs, SessionRunner
+from factory.run.runner_types import FAKE, SANDBOX, RunnerArgs, RunnerName, SessionRunner
 from factory.run.sandbox_runner import SandboxSessionRunner
 
-# The runner names, one owner: every option that takes a runner is typed by this, RUNNERS is keyed by it.
-RunnerName = Literal["sandbox", "fake"]
-
 RUNNERS: dict[RunnerName, type[SandboxSessionRunner] | type[FakeSessionRunner]] = {
-    "sandbox": SandboxSessionRunner,  # each agent in a confined Docker sandbox
-    "fake": FakeSessionRunner,  # scripted sessions without Docker (tests, dry runs)
+    SANDBOX: SandboxSessionRunner,
+    FAKE: FakeSessionRunner,
 }
 
 
@@ -59,7 +56,7 @@ class RunOptions(EgressOption):
         default=_run_default("concurrency"), ge=1, description="Worker threads, one session each."
     )
     limit: int | None = Field(default=None, ge=0, description="Sessions to run in this invocation.")
-    runner: RunnerName = Field(default="sandbox", description="sandbox, or fake (no Docker: scripted calls).")
+    runner: RunnerName = Field(default=SANDBOX, description="sandbox, or fake (no Docker: scripted calls).")
     image: str | None = Field(default=None, description="Agents image (default: build or find).")
     model: str = Field(default="target", description="Model id the agents ask for.")
     session_timeout: float | None = Field(default=None, gt=0, description="Seconds an agent may run.")
