@@ -70,7 +70,7 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
     calls = datasets.load_dataset(str(out), "calls", cache_dir=str(tmp_path / "hf"))
     srows = [row for split in sessions for row in sessions[split]]
     assert sum(len(calls[split]) for split in calls) > 0
-    crows = read_table(out).to_pylist()  # records.io gives request bodies whole (stored as deltas)
+    crows = read_table(out).to_pylist()  # records.io gives request bodies whole (sliced from trajectories)
     assert {(s["agent"], s["lang"]) for s in srows} == {
         (a, lang) for a in ("claude-code", "codex", "opencode") for lang in ("en", "ko")
     }
@@ -81,7 +81,7 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
                                                    "anthropic_count_tokens") for c in crows)  # fmt: skip
     assert {c["client_agent"] for c in crows} >= {"claude-code", "codex", "opencode"}
     assert any("이슈" in c["request_json"] for c in crows if c["lang"] == "ko")
-    assert (out / "README.md").read_text().count("config_name") == 2
+    assert (out / "README.md").read_text().count("config_name") == 4  # calls, trajectories, sequences, sessions
     # Each session ran in its repository's environment image with the sample's tests before and after the
     # agent (tests/factory/test_sample_environments.py checks the same path without a model, in seconds).
     tests = {s.name: s.test for s in sample_repos()}
