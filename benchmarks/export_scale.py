@@ -5,8 +5,14 @@ interleaved as concurrent sessions are): sessions of 5–60 turns (or exactly ``
 resending the history, built on the real request bodies the agent CLIs sent (tests/fixtures/agents/, so
 system prompts and tools are theirs), prompts growing to ``--max-prompt`` tokens; the ids are the Qwen
 tokenizer's tokens of the text. Then runs ``factory.publish.export.export`` in a child process and reports
-its peak RSS, calls/s, the shard sizes, and bytes per call of the published `calls` config against the same
-rows stored plainly (full `prompt_token_ids`, zstd Parquet) — the baseline, written in this process.
+its peak RSS, calls/s and the shards of every config.
+
+Stored bytes are those of `data/calls` + `data/trajectories`, the configs a reader needs for every call's
+prompt ids, completion ids and messages; `data/sequences` (training-ready, derived) and `data/sessions` are
+reported apart. The baseline ("plain") is the same published call rows with `prompt_token_ids` and
+`request_json` whole instead of the trajectory columns, zstd Parquet, rebuilt here with
+``records.io.read_batches`` a batch at a time. It keeps the published order (a session's calls together),
+which zstd's pages exploit; the proxy's parts (sessions interleaved) are printed too, for comparison.
 
     python benchmarks/export_scale.py --calls 20000            # mixed sessions of 5–60 turns
     python benchmarks/export_scale.py --calls 3000 --turns 30  # the 30-turn goal: ≤ 0.2× plain
@@ -19,6 +25,7 @@ import datetime as dt
 import importlib.metadata
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -32,7 +39,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from records.agents import AgentName  # noqa: E402
 
-AGENTS = {  # capture folder -> (planned agent, User-Agent)
+AGENTS: dict[str, tuple[str, str]] = {  # capture folder -> (planned agent, User-Agent)
     AgentName.CLAUDE_CODE: (AgentName.CLAUDE_CODE, "claude-cli/2.1.332 (external, sdk-cli)"),
     AgentName.CODEX: (
         AgentName.CODEX,
@@ -177,36 +184,49 @@ def run_export(data: Path, out: Path, url: str, tokenizer: str | None) -> None:
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report the parent's peak
     status = Path("/proc/self/status").read_text()
     peak = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("VmHWM:"))) / 1024
-    json.dump({"wall_s": wall, "peak_rss_mb": peak, "calls": st.calls, "files": st.files,
+    ru = resource.getrusage(resource.RUSAGE_SELF)  # CPU seconds: on a shared machine, steadier than wall time
+    json.dump({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss_mb": peak, "calls": st.calls, "sessions": st.sessions,
+               "trajectories": st.trajectories, "sequences": st.sequences, "files": st.files,
                "exact_ids_fraction": st.exact_ids_fraction}, sys.stdout)  # fmt: skip
 
 
-def plain_columns(names: list[str]) -> list[str]:
-    """The published columns with the delta-encoded ones whole again, in schema order."""
-    from records import DATASET_CALLS_SCHEMA
-
-    order = [c for c in DATASET_CALLS_SCHEMA.names if c != "delta_ref"]
-    whole = {"prompt_ids_suffix": "prompt_token_ids", "request_json_delta": "request_json"}
-    out = [
-        whole.get(c, c)
-        for c in order
-        if c not in ("prompt_ids_prefix_len", "request_prefix_chars", "request_suffix_chars")
-    ]
-    return [c for c in out if c in names]
+# The trajectory columns a plain row replaces with `prompt_token_ids` and `request_json` whole.
+WHOLE = {"prompt_len": "prompt_token_ids", "request_params": "request_json"}
+TRAJECTORY_ONLY = {"trajectory_id", "messages_field", "messages_prefix", "messages_tail", "completion_in_trajectory"}  # fmt: skip
 
 
 def plain_bytes(out: Path, dest: Path) -> int:
-    """The same rows with whole prompt ids, zstd Parquet (the baseline), streamed shard by shard."""
+    """The published call rows with whole prompt ids and request, zstd Parquet (the baseline), written a
+    batch at a time as `records.io.read_batches` rebuilds them from `calls` + `trajectories`."""
+    import pyarrow as pa
+
+    from records import DATASET_CALLS_SCHEMA
     from records.io import read_batches
 
+    names = [WHOLE.get(c, c) for c in DATASET_CALLS_SCHEMA.names if c not in TRAJECTORY_ONLY]
     writer = None
     for _, table in read_batches(out / "data" / "calls", batch_size=256):
-        table = table.select(list(plain_columns(table.column_names)))
+        table = table.select([c for c in names if c in table.column_names])
+        table = table.set_column(  # a string, as the proxy stores it
+            table.schema.get_field_index("request_json"),
+            "request_json",
+            table.column("request_json").cast(pa.string()),
+        )
         writer = writer or pq.ParquetWriter(dest, table.schema, compression="zstd")
         writer.write_table(table)
     if writer is not None:
         writer.close()
     return dest.stat().st_size
+
+
+def config_bytes(files: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """Shard sizes per config (`data/<config>/<split>-….parquet`)."""
+    by: dict[str, list[int]] = {}
+    for f, b in files:
+        parts = f.split("/")
+        if len(parts) == 3 and parts[0] == "data":
+            by.setdefault(parts[1], []).append(b)
+    return by
 
 
 def main() -> None:
@@ -215,9 +235,6 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=None, help="every session this long (default: 5–60)")
     ap.add_argument("--max-prompt", type=int, default=30_000, help="prompt tokens at a session's last turn")
     ap.add_argument("--concurrency", type=int, default=16, help="sessions in flight (interleaved in parts)")
-    ap.add_argument(
-        "--delta-window", type=int, default=None, help="the export's delta_window (default its own)"
-    )
     ap.add_argument("--tokenizer", action="store_true", help="export with the tokenizer (ids searched)")
     ap.add_argument("--shard-mb", type=float, default=500, help="the export's shard_bytes, in MB")
     ap.add_argument("--work", type=Path, default=Path("/tmp/export_scale"))
@@ -240,22 +257,30 @@ def main() -> None:
         ["--tokenizer"] if a.tokenizer else []
     )
     env = {**os.environ, "DFLASH_EXPORT_SHARD_BYTES": str(int(a.shard_mb * 1e6))}
-    if a.delta_window:
-        env["DFLASH_EXPORT_DELTA_WINDOW"] = str(a.delta_window)
     res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout)
-    calls_files = [(f, b) for f, b in res["files"] if "/calls/" in f]
-    stored = sum(b for _, b in calls_files)
+    t0 = time.monotonic()
     plain = plain_bytes(out, a.work / "plain.parquet")
-    print(f"calls {res['calls']:,} in {len(sids):,} sessions ({f'{a.turns} turns' if a.turns else '5–60 turns'}, "
+    plain_s = time.monotonic() - t0
+    shards = config_bytes(res["files"])
+    size = {c: sum(b) for c, b in shards.items()}
+    n = res["calls"]
+    stored = size.get("calls", 0) + size.get("trajectories", 0)
+    print(f"calls {n:,} in {len(sids):,} sessions ({f'{a.turns} turns' if a.turns else '5–60 turns'}, "
           f"prompts to {a.max_prompt:,} tokens, {a.concurrency} in flight); generated in {gen_s:.0f} s, "
           f"proxy parts {in_bytes / 1e6:,.1f} MB")  # fmt: skip
-    print(f"export: {res['wall_s']:.1f} s, {res['calls'] / res['wall_s']:,.0f} calls/s, peak RSS {res['peak_rss_mb']:,.0f} MB, "
-          f"tokenizer {'on' if a.tokenizer else 'off'}, exact-ids fraction {res['exact_ids_fraction']}, "
-          f"delta window {a.delta_window or 'default'}")  # fmt: skip
-    print(f"calls config: {stored / res['calls']:,.0f} B/call prefix-encoded vs {plain / res['calls']:,.0f} B/call "
-          f"plain zstd Parquet -> {stored / plain:.3f}x")  # fmt: skip
-    sizes = sorted(b for _, b in calls_files)
-    print(f"shards: {len(sizes)} calls shards, {sizes[0] / 1e6:.1f}–{sizes[-1] / 1e6:.1f} MB")
+    print(f"export: {res['wall_s']:.1f} s, {n / res['wall_s']:,.0f} calls/s, peak RSS {res['peak_rss_mb']:,.0f} MB, "
+          f"CPU {res['cpu_s']:.0f} s, tokenizer {'on' if a.tokenizer else 'off'}, exact-ids fraction {res['exact_ids_fraction']}; "
+          f"{res['sessions']:,} sessions, {res['trajectories']:,} trajectories, {res['sequences']:,} sequences")  # fmt: skip
+    print(f"stored (calls + trajectories): {stored / n:,.0f} B/call ({size.get('calls', 0) / n:,.0f} + "
+          f"{size.get('trajectories', 0) / n:,.0f}) vs {plain / n:,.0f} B/call plain zstd Parquet "
+          f"-> {stored / plain:.3f}x (baseline rebuilt with read_batches in {plain_s:.0f} s)")  # fmt: skip
+    print(f"  the proxy's own parts (the same calls, every column, sessions interleaved): {in_bytes / n:,.0f} B/call "
+          f"-> stored is {stored / in_bytes:.3f}x")  # fmt: skip
+    print(f"also: sequences {size.get('sequences', 0) / n:,.0f} B/call ({size.get('sequences', 0) / plain:.3f}x plain), "
+          f"sessions {size.get('sessions', 0) / 1e3:,.1f} kB")  # fmt: skip
+    for config, sizes in sorted(shards.items()):
+        print(f"shards: {config}: {len(sizes)}, {min(sizes) / 1e6:.1f}–{max(sizes) / 1e6:.1f} MB, "
+              f"{sum(sizes) / 1e6:,.1f} MB in all")  # fmt: skip
 
 
 if __name__ == "__main__":
