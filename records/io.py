@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from records.dataset_delta import DELTA_COLUMNS, CallDeltaDecoder, expand, window_of
@@ -105,9 +104,10 @@ def read_batches(
     `prompt_token_ids` and `request_json` are rebuilt here whole, file by file in stored order.
     `path` may be a storage URL (``s3://bucket/run``, records/storage.py): its parts are read in place."""
     cursor: tuple[str, TrajectoryCursor] | None = None
-    for f, ds in _datasets(path):
-        version = schema_version(ds.schema)
-        names = ds.schema.names
+    for f, pf in _files(path):
+        schema = pf.schema_arrow
+        version = schema_version(schema)
+        names = schema.names
         wanted = None
         if columns is not None:
             current = {LEGACY_NAMES.get(n, n): n for n in names}
@@ -121,12 +121,14 @@ def read_batches(
             rebuilt = ("call_id", *layout, "prompt_token_ids", "request_json")
             helpers = [c for c in rebuilt if c not in columns]  # type: ignore[operator]
             wanted += [c for c in ("call_id", *layout) if c not in wanted]
-        decoder = CallDeltaDecoder(window_of(ds.schema)) if layout == DELTA_COLUMNS else None
+        decoder = CallDeltaDecoder(window_of(schema)) if layout == DELTA_COLUMNS else None
         if layout == IN_TRAJECTORY:
             files = trajectory_files(f)
             if cursor is None or cursor[0] != str(files):
                 cursor = (str(files), TrajectoryCursor(files))
-        for batch in ds.to_batches(columns=wanted, batch_size=batch_size):
+        # ParquetFile reads one row group at a time: the dataset scanner's read-ahead held >1 GB of
+        # decoded batches behind a slow consumer (a 200,000-call export read back, docs/BENCHMARKS.md)
+        for batch in pf.iter_batches(batch_size=batch_size, columns=wanted):
             table = conform(batch, version)
             if decoder is not None:
                 table = expand(table, decoder).drop_columns(helpers)
@@ -135,17 +137,17 @@ def read_batches(
             yield f, table
 
 
-def _datasets(path: str | Path) -> Iterator[tuple[Path, pads.Dataset]]:
+def _files(path: str | Path) -> Iterator[tuple[Path, pq.ParquetFile]]:
     if not is_url(path):
         for f in parquet_files(path):
-            yield f, pads.dataset(str(f), format="parquet")
+            yield f, pq.ParquetFile(str(f))
         return
     store = calls_store(str(path))
     keys = list(parquet_keys(store))
     if not keys:
         raise FileNotFoundError(f"no Parquet call records under {path}")
     for key in keys:  # the file's name (a split hint) is kept; its folder is the store's
-        yield Path(store.path(key)), pads.dataset(store.path(key), filesystem=store.fs, format="parquet")
+        yield Path(store.path(key)), pq.ParquetFile(store.fs.open(store.path(key), "rb"))
 
 
 def read_table(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
