@@ -14,6 +14,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# The published files are written once and read many times: zstd level 9 stores 5-7 % less than Arrow's
+# default level 1 on agent traffic (token ids and message texts), for ≈ 2x the compression CPU
+# (docs/BENCHMARKS.md, "Export"). Every Parquet reader decodes any level.
+COMPRESSION = {"compression": "zstd", "compression_level": 9}
+
 
 class ShardWriter:
     def __init__(
@@ -60,7 +65,7 @@ class ShardWriter:
             self._writer.close()
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f".{self.split}-{len(self.parts):05d}.tmp"
-        self._writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+        self._writer = pq.ParquetWriter(path, self.schema, **COMPRESSION)
         self.parts.append(path)
         self._shard_rows = 0
 
