@@ -6,51 +6,28 @@ and benchmarks (tests keep their literals: they are the data recorded rows hold)
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from proxy.routes import ROUTES
+from tests.support import REPO_ROOT as ROOT
+from tests.support.literals import scan, spelled
 from wire import API_SHAPES, Api
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = (
-    "clikit",
-    "records",
-    "wire",
-    "standin",
-    "serving",
-    "sandboxes",
-    "proxy",
-    "trainer",
-    "factory",
-    "benchmarks",
-)
 OWNER = ROOT / "wire" / "apis.py"
 # "models" is also an ordinary JSON key (OpenCode's config, a /v1/models reply, a loader's model table):
 # a literal "models" cannot be told from the API's name, so only the other names are scanned.
 SCANNED = {a.value for a in Api} - {Api.MODELS.value}
 
 
-def spelled(path: Path, root: Path = ROOT) -> list[str]:
-    tree = ast.parse(path.read_text(), str(path))
-    return [
-        f"{path.relative_to(root)}:{node.lineno} {node.value!r}"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant) and node.value in SCANNED
-    ]
-
-
 def test_no_module_but_the_owner_spells_an_api_name() -> None:
-    files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
-    assert len(files) > 100  # the scan saw the project, not an empty folder
-    found = [hit for p in files if p != OWNER for hit in spelled(p)]
+    found = scan(SCANNED, {OWNER})
     assert found == [], "API names belong to wire.apis.Api:\n" + "\n".join(found)
 
 
 def test_the_scan_finds_a_spelled_name(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text('API = "openai_chat"\nOTHER = "openai_chat_v2"\nDOC = "an `openai_chat` call"\n')
-    assert spelled(probe, tmp_path) == ["probe.py:1 'openai_chat'"]
+    assert spelled(probe, SCANNED, tmp_path) == ["probe.py:1 'openai_chat'"]
 
 
 def test_every_api_has_one_shape_and_one_route() -> None:

@@ -81,7 +81,9 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
                                                    "anthropic_count_tokens") for c in crows)  # fmt: skip
     assert {c["client_agent"] for c in crows} >= {"claude-code", "codex", "opencode"}
     assert any("이슈" in c["request_json"] for c in crows if c["lang"] == "ko")
-    assert (out / "README.md").read_text().count("config_name") == 4  # calls, trajectories, sequences, sessions
+    assert (out / "README.md").read_text().count(
+        "config_name"
+    ) == 4  # calls, trajectories, sequences, sessions
     # Each session ran in its repository's environment image with the sample's tests before and after the
     # agent (tests/factory/test_sample_environments.py checks the same path without a model, in seconds).
     tests = {s.name: s.test for s in sample_repos()}
