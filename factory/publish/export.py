@@ -202,7 +202,6 @@ def _write_calls(
 ) -> None:
     seen: set[bytes] = set()
     turns: Counter[str] = Counter()
-    remaining = Counter(state.remaining)
     open_: dict[str, SessionTrajectories] = {}
     for call in calls:
         proxy_sid = call.get("session_id") or ""
@@ -227,9 +226,8 @@ def _write_calls(
             open_.setdefault(proxy_sid, SessionTrajectories(sess)).add(row)
         finally:
             if proxy_sid:
-                state.seen(proxy_sid)
-                remaining[proxy_sid] -= 1
-                if remaining[proxy_sid] <= 0 and proxy_sid in open_:
+                state.seen(proxy_sid)  # counts the session's calls down
+                if state.remaining[proxy_sid] <= 0 and proxy_sid in open_:
                     writers.emit(open_.pop(proxy_sid), plan.splits[by_proxy[proxy_sid]["session_id"]], stats)
     for proxy_sid in sorted(open_):  # sessions with calls the count did not foresee
         writers.emit(open_[proxy_sid], plan.splits[by_proxy[proxy_sid]["session_id"]], stats)

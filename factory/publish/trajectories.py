@@ -61,7 +61,6 @@ class SessionTrajectories:
         self.session = session
         self.trajectories: list[_Trajectory] = []
         self.loose: list[dict[str, Any]] = []  # calls with neither ids nor a message list
-        self._order: list[tuple[int, dict[str, Any]]] = []
 
     def add(self, row: dict[str, Any]) -> None:
         """Take a scrubbed `calls` row with `prompt_token_ids` and `request_json` whole."""
@@ -69,10 +68,10 @@ class SessionTrajectories:
         params, fld, messages = split_request(row.pop("request_json", None))
         row.update(request_params=params, messages_field=fld)
         completion = row.get("completion_token_ids")
-        self._order.append((len(self._order), row))
         if prompt is None and messages is None:
             row.update(trajectory_id=None, prompt_len=None, messages_prefix=None, messages_tail=None)
             row["completion_in_trajectory"] = None
+            self.loose.append(row)
             return
         traj = self._join(prompt, messages)
         if traj.members and messages is not None:
@@ -102,15 +101,13 @@ class SessionTrajectories:
         return best
 
     def close(self, split: str) -> Iterator[Emitted]:
-        """Every trajectory's rows, then the calls in none; calls keep their session order."""
-        turn = {id(row): n for n, row in self._order}
+        """Every trajectory's rows (its calls in turn order), then the calls in none."""
         for t in self.trajectories:
-            yield self._emit(t, split, turn)
-        loose = [row for _, row in self._order if row.get("trajectory_id") is None]
-        if loose:
-            yield Emitted(None, loose, [])
+            yield self._emit(t, split)
+        if self.loose:
+            yield Emitted(None, self.loose, [])
 
-    def _emit(self, t: _Trajectory, split: str, turn: dict[int, int]) -> Emitted:
+    def _emit(self, t: _Trajectory, split: str) -> Emitted:
         head = t.members[-1]
         tokens = None
         if t.head_prompt is not None:
@@ -135,7 +132,7 @@ class SessionTrajectories:
             "agent": s["agent"], "api": head.row.get("api"), "n_calls": len(t.members),
             "call_ids": [m.row["call_id"] for m in t.members], "token_ids": tokens, "messages": final,
         }  # fmt: skip
-        calls = sorted((m.row for m in t.members), key=lambda r: turn[id(r)])
+        calls = [m.row for m in t.members]  # in arrival order, as the session made them
         return Emitted(traj, calls, list(_sequences(t, tokens, traj, split)))
 
 
