@@ -6,7 +6,8 @@ Run by vLLM's interpreter (it imports vllm only, nothing of this project), as `s
 
 Prints one JSON line: the architecture vLLM resolved, every checkpoint tensor it consumed, the drafter
 parameters it left unloaded (vLLM's `load_weights` does not check: a missing tensor would stay
-uninitialised memory), the ones it shares from the target, and — when this vLLM cannot serve the method on
+uninitialised memory), the ones it shares from the target, the ones it declares unused (a DFlash
+`mask_embedding` without a separate mask embedding: the mask row of the shared vocabulary is used), and — when this vLLM cannot serve the method on
 this machine (vLLM CPU 0.32 and DSpark) — the engine's own refusal, word for word. To get past that
 refusal the load bypasses only the model-runner check; nothing is served.
 """
@@ -20,7 +21,15 @@ import tempfile
 import torch
 from safetensors.torch import load_file
 
-SHARED = ("embed_tokens", "lm_head", "mask_embedding", "draft_id_to_target_id")
+SHARED = ("embed_tokens", "lm_head", "draft_id_to_target_id")
+
+
+def _unused(model: torch.nn.Module, name: str) -> bool:
+    """A placeholder the model says it does not read: a mask embedding it masks through the vocabulary
+    with (`has_separate_mask_embedding` False). Any other NaN parameter is unloaded, mask_embedding too
+    when the model would read it."""
+    inner = getattr(model, "model", model)
+    return name.endswith("mask_embedding") and not getattr(inner, "has_separate_mask_embedding", False)
 
 
 def main(target: str, draft: str, method: str, tokens: int) -> dict[str, object]:
@@ -50,9 +59,13 @@ def main(target: str, draft: str, method: str, tokens: int) -> dict[str, object]
         model.load_weights(iter(weights.items()))
     unloaded: list[str] = []
     shared: list[str] = []
+    unused: list[str] = []
     for name, p in model.named_parameters():
         if torch.isnan(p.data.float()).all():
-            (shared if any(s in name for s in SHARED) else unloaded).append(name)
+            if _unused(model, name):
+                unused.append(name)
+            else:
+                (shared if any(s in name for s in SHARED) else unloaded).append(name)
     return {
         "architecture": arch,
         "method": cfg.speculative_config.method,
@@ -60,6 +73,7 @@ def main(target: str, draft: str, method: str, tokens: int) -> dict[str, object]
         "consumed": sorted(weights),
         "unloaded": unloaded,
         "shared_from_target": shared,
+        "unused": unused,
         "serve_refusal": refusal,
     }
 

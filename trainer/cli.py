@@ -14,7 +14,7 @@ from trainer.dflash.engine import engine_factory
 from trainer.evaluate import eval_command
 from trainer.export import export_command
 from trainer.features import features_command, write_features_command
-from trainer.parity import parity_command
+from trainer.parity_cli import parity_command
 from trainer.regenerate import regenerate_command
 from trainer.replay import replay_command
 from trainer.speculators.cli import export_speculators_command, import_speculators_command

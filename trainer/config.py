@@ -122,6 +122,12 @@ class TrainConfig(BaseModel):
     max_steps: int | None = Field(
         None, ge=1, description="Stop after this many optimizer steps (overrides epochs)."
     )
+    max_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="A time budget: stop training after this many minutes of the loop (all ranks at the same "
+        "step); the drafter is saved, evaluated and exported as at that step. None: no budget.",
+    )
     seed: int = Field(0, description="Seed of the sequence order, anchors and initialisation.")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 on GPU, float32 on CPU."

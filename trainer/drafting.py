@@ -42,6 +42,7 @@ class Drafting:
     total_steps: int
     kind: str = "dflash"  # trainer.dflash.kinds
     head_weight: float = 1.0
+    planned_steps: int = 0  # total_steps as planned, before a time budget cut it short
 
 
 def frozen_weight(module: nn.Module) -> torch.Tensor:
@@ -166,6 +167,9 @@ def finish(
         summary = {
             "target": cfg.target,
             "steps": pos.step,
+            "planned_steps": d.planned_steps or d.total_steps,
+            "stopped_by_budget": bool(d.planned_steps and pos.step < d.planned_steps),
+            "max_minutes": cfg.max_minutes,
             "sequences": n_seqs,
             "world_size": world,
             "distributed_type": str(acc.distributed_type.value),

@@ -13,8 +13,8 @@ accepted). Reported:
   only at a near-tie. A verify pass over B tokens and a plain decode step run different kernel shapes,
   and their rounding (bf16 above all) can flip the argmax where the target's top two tokens are nearly
   tied: at the first differing position the target's own top-2 log-probability gap after the common
-  prefix classifies each divergence as a ``near_tie`` (under ``near_tie`` nats) or a ``mismatch`` (a
-  bug). ``exact``, ``divergences`` and ``mismatch_rate`` report them; only a mismatch fails ``eval``.
+  prefix classifies each divergence as a ``near_tie`` (within the precision the target computes in:
+  trainer/precision.py) or a ``mismatch`` (a bug). ``exact``, ``divergences`` and ``mismatch_rate`` report them; only a mismatch fails ``eval``.
 
 Writes ``eval.json`` and ``acceptance.png`` into the run directory (or ``--out``).
 """
@@ -39,7 +39,8 @@ from standin.engine import Engine, SamplingParams
 from trainer.data.build import read
 from trainer.dflash.engine import speculative
 from trainer.dflash.kinds import load_drafter
-from trainer.lossless import NEAR_TIE, divergences
+from trainer.lossless import divergences
+from trainer.precision import NEAR_TIE, NearTieRule
 
 
 @dataclass
@@ -101,13 +102,13 @@ def _decode(engine: Any, prompt: list[int], max_new: int) -> tuple[list[int], li
 
 
 def _compare(
-    plain: Engine, spec: Engine, p: Prompt, max_new: int, near_tie: float = NEAR_TIE
+    plain: Engine, spec: Engine, p: Prompt, max_new: int, rule: NearTieRule
 ) -> tuple[dict[str, Any], list[int], float, float]:
     """One prompt decoded plainly and speculatively: its row in eval.json, tokens settled per verify
     forward, and the two decode times."""
     ref, _, t_plain = _decode(plain, p.ids, max_new)
     got, settled, t_spec = _decode(spec, p.ids, max_new)
-    found = divergences(plain.target, p.ids, ref, got, lambda ids, n: _decode(plain, ids, n)[0], near_tie)
+    found = divergences(plain.target, p.ids, ref, got, lambda ids, n: _decode(plain, ids, n)[0], rule)
     kinds = {d.kind for d in found}
     kind = "mismatch" if "mismatch" in kinds else ("near_tie" if kinds else None)
     row = {
@@ -122,7 +123,13 @@ def _compare(
         "first_mismatch": found[0].position if found else None,
         "divergence": kind,
         "divergences": [
-            {"position": d.position, "top2_gap": round(d.top2_gap, 5), "kind": d.kind} for d in found
+            {
+                "position": d.position,
+                "top2_gap": round(d.top2_gap, 5),
+                "top_logit": d.top_logit,
+                "kind": d.kind,
+            }
+            for d in found
         ],
     }
     return row, settled, t_plain, t_spec
@@ -150,7 +157,8 @@ def evaluate(
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
     n_prompts = n_prompts or int(cfg.get("eval_prompts", 8))
     max_new = max_new_tokens or int(cfg.get("eval_max_new_tokens", 64))
-    max_prompt_len = max_prompt_len or int(cfg.get("eval_max_prompt_len", 2048))
+    # 0 or null: the whole prompt, as the engine serves it (tau and the engine's MAL then measure the same)
+    max_prompt_len = max_prompt_len or int(cfg.get("eval_max_prompt_len", 2048) or 0) or 1 << 30
     if target is None:
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         kind = getattr(torch, dtype or ("bfloat16" if dev.startswith("cuda") else "float32"))
@@ -165,11 +173,12 @@ def evaluate(
     strategy = speculative(drafter, block_size=block_size)
     spec = Engine(target, strategy)
     b = strategy.block_size
+    rule = NearTieRule(str(target.embed_tokens.weight.dtype), floor=near_tie)
     per_prompt = []
     groups: dict[str, dict[str, list[int]]] = {"agent": defaultdict(list), "language": defaultdict(list)}
     plain_s = spec_s = 0.0
     for i, p in enumerate(prompts):
-        row, settled, t_plain, t_spec = _compare(plain, spec, p, max_new, near_tie)
+        row, settled, t_plain, t_spec = _compare(plain, spec, p, max_new, rule)
         per_prompt.append(row)
         plain_s += t_plain
         spec_s += t_spec
@@ -191,7 +200,7 @@ def evaluate(
             kind: sum(d["kind"] == kind for r in per_prompt for d in r["divergences"])
             for kind in ("near_tie", "mismatch")
         },
-        "near_tie": near_tie,
+        "near_tie": rule.as_dict(),
         "dtype": str(target.embed_tokens.weight.dtype).removeprefix("torch."),
         "per_position_acceptance": [round(n / max(1, stats.num_drafts), 4) for n in stats.accepted_per_pos],
         "n_prompts": len(prompts),
@@ -248,6 +257,12 @@ class EvalSettings(BaseModel):
     drafter: Path | None = Field(None, description="A drafter directory; default RUN_DIR/drafter.")
     prompts: int | None = Field(None, ge=1, description="Held-out prompts; default the run's eval_prompts.")
     max_new_tokens: int | None = Field(None, ge=1, description="Tokens generated per prompt.")
+    max_prompt_len: int | None = Field(
+        None,
+        ge=0,
+        description="Each prompt's last tokens at most; 0: the whole prompt, as the engine serves it; default "
+        "the run's eval_max_prompt_len.",
+    )
     block_size: int | None = Field(None, ge=2, description="Verify block size; default the drafter's.")
     out: Path | None = Field(None, description="Where eval.json and acceptance.png go; default RUN_DIR.")
     device: str | None = Field(
@@ -260,7 +275,8 @@ class EvalSettings(BaseModel):
         NEAR_TIE,
         ge=0,
         description="A divergence where the target's top-2 log-probabilities are closer than this (nats) "
-        "is a near-tie (rounding), reported; a wider one is a mismatch and fails the check.",
+        "is always a near-tie (rounding), reported; more where the target's dtype is coarser (a few of its "
+        "steps at the top logit's magnitude); a wider gap is a mismatch and fails the check.",
     )
 
 
@@ -275,6 +291,7 @@ def eval_command(
         drafter_dir=settings.drafter,
         n_prompts=settings.prompts,
         max_new_tokens=settings.max_new_tokens,
+        max_prompt_len=(settings.max_prompt_len or 1 << 30) if settings.max_prompt_len is not None else None,
         block_size=settings.block_size,
         out_dir=settings.out,
         device=settings.device,
@@ -286,7 +303,7 @@ def eval_command(
         f"tau {r['tau']:.3f} on {r['n_prompts']} held-out prompts (block {r['block_size']}); lossless: {str(r['lossless']).lower()}"
     )
     ties, bad = r["divergences"]["near_tie"], r["divergences"]["mismatch"]
-    typer.echo(f"divergences from plain greedy ({r['dtype']}): {ties} near-ties, {bad} mismatches")
+    typer.echo(f"divergences from plain greedy: {ties} near-ties, {bad} mismatches ({r['near_tie']['rule']})")
     typer.echo(f"per-position acceptance: {acc}")
     typer.echo(f"tau by agent: {r['tau_by_agent']}; by language: {r['tau_by_language']}")
     if not r["lossless"]:

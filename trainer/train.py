@@ -187,6 +187,11 @@ def loop(
             # -- an optimizer step was taken: agree on a stop, log, checkpoint
             pos.step, pos.micro = pos.step + 1, micro
             stop.agreed()
+            if cfg.max_minutes and pos.step < d.total_steps and out_of_time(acc, t0, cfg.max_minutes):
+                d.planned_steps, d.total_steps = d.total_steps, pos.step  # the loop ends after this step
+                acc.print(
+                    f"time budget of {cfg.max_minutes:g} min reached at step {pos.step} of {d.planned_steps}"
+                )
             if pos.step % cfg.log_every == 0 or pos.step == d.total_steps:
                 elapsed = time.monotonic() - t0
                 rec = meter.record(
@@ -207,6 +212,14 @@ def loop(
     finally:
         progress.close()
     return meter
+
+
+def out_of_time(acc: Accelerator, t0: float, minutes: float) -> bool:
+    """Whether the budget is spent, as every rank agrees (the slowest rank's clock decides)."""
+    spent = float(time.monotonic() - t0 > minutes * 60)
+    if acc.num_processes == 1:
+        return bool(spent)
+    return bool(acc.reduce(torch.tensor([spent], device=acc.device), "max").item())
 
 
 def train_step(

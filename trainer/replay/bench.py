@@ -28,11 +28,13 @@ import yaml
 from pydantic import BaseModel, Field
 
 from clikit import settings_command
-from serving.launch import Method, speculative_config
+from serving.drafter_load import DrafterLoadError, check_loads
+from serving.launch import Method, VllmServer, speculative_config
+from serving.serve import model_path
 from serving.venv import availability
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.replay.calls import ReplayError
-from trainer.replay.cli import progress_reporter, run_replay
+from trainer.replay.cli import exit_unranked, progress_reporter, run_replay
 from trainer.replay.settings import ReplaySettings
 from trainer.replay.summary import markdown
 
@@ -72,7 +74,21 @@ class BenchSettings(BaseModel):
         default_factory=lambda: [1, 8], description="Concurrency levels (default: 1 and 8)."
     )
     max_tokens: int = Field(
-        default=64, ge=1, description="Cap on each call's completion length (a CPU decodes slowly)."
+        default=64,
+        ge=1,
+        description="Without --decode-tokens: cap on each call's recorded completion length.",
+    )
+    decode_tokens: int | None = Field(
+        default=64,
+        ge=1,
+        description="Tokens every call decodes, whatever its recorded length (a CPU decodes slowly: raise it, "
+        "and --calls, until each method is measured on --min-draft-steps draft steps); 0: the recorded length.",
+    )
+    min_draft_steps: int = Field(
+        default=1000, ge=1, description="Draft steps per speculative method below which nothing is ranked."
+    )
+    rank: bool = Field(
+        default=False, description="A ranking is asked for: exit 3 when the judgement is below the floor."
     )
     threads: int = Field(
         default=1, ge=1, description="Torch threads per server (1 is fastest on a shared CPU)."
@@ -114,6 +130,12 @@ class Server(NamedTuple):
     method: Method
     draft: Path | None = None
     engine: str | None = None  # serve with this engine instead of the bench's (a method vLLM CPU lacks)
+    extra: tuple[str, ...] = ()  # more vLLM arguments
+
+
+# The baseline answers the divergence check with its raw logits: their top value's magnitude sets how
+# far the dtype's rounding can move them (trainer/precision.py); the top-2 difference is the same.
+RAW_LOGITS = ("--logprobs-mode=raw_logits",)
 
 
 # Drafter kinds vLLM CPU 0.32 refuses (its V1 model runner lacks them; the V2 runner needs Triton, which
@@ -135,6 +157,7 @@ def command(engine: str, target: str, server: Server, port: int, s: BenchSetting
         cmd = [sys.executable, "-m", "serving", "serve", "--model", target, "--port", str(port),
                "--max-model-len", str(s.max_model_len), "--kv-cache-gib", str(s.kv_cache_gib)]  # fmt: skip
         cmd += [] if s.compile else ["--no-compile"]
+        cmd += [f"--extra-arg={a}" for a in server.extra]
         tokens = drafted_tokens(server.draft) if server.draft is not None else s.draft_tokens
         spec = speculative_config(server.method, server.draft, tokens)
         return cmd + (["--speculative-config", json.dumps(spec)] if spec else [])
@@ -197,7 +220,7 @@ def bench_engine(s: BenchSettings) -> str:
 
 def servers(s: BenchSettings, engine: str) -> dict[str, Server]:
     """label → server: `plain`, the model-free methods (vLLM only), then each drafter."""
-    out: dict[str, Server] = {"plain": Server("plain")}
+    out: dict[str, Server] = {"plain": Server("plain", extra=RAW_LOGITS if engine == "vllm" else ())}
     for method in s.methods:
         if method not in ("ngram", "suffix"):
             raise ReplayError(f"--methods {method!r}: the model-free methods are ngram and suffix")
@@ -227,6 +250,18 @@ def notes(chosen: dict[str, Server], engine: str) -> dict[str, str]:
     return out
 
 
+def loads_whole(target: str, chosen: dict[str, Server], engine: str) -> None:
+    """Every drafter vLLM serves is loaded by vLLM's own loader first: a tensor it leaves unloaded would
+    serve as uninitialised memory and accept nothing, with no error anywhere (serving/vllm_load.py)."""
+    for label, server in chosen.items():
+        if server.draft is None or (server.engine or engine) != "vllm":
+            continue
+        try:
+            check_loads(model_path(target), server.draft, server.method, drafted_tokens(server.draft))
+        except DrafterLoadError as e:
+            raise ReplayError(f"{label}: {e}") from None
+
+
 def bench(s: BenchSettings) -> dict[str, object]:
     report_path = s.run / "data" / "report.json"
     if not report_path.is_file():
@@ -237,8 +272,10 @@ def bench(s: BenchSettings) -> dict[str, object]:
     out.mkdir(parents=True, exist_ok=True)
     engine = bench_engine(s)
     chosen = servers(s, engine)
+    loads_whole(target, chosen, engine)
     # A drafter that drafts nothing is a broken export; a lookup method with nothing to look up is not.
     drafters = [label for label, server in chosen.items() if server.draft is not None]
+    model_free = [label for label, server in chosen.items() if server.method in ("ngram", "suffix")]
     with served(engine, target, chosen, s, out) as urls:
         settings = ReplaySettings(
             data=source,
@@ -248,6 +285,12 @@ def bench(s: BenchSettings) -> dict[str, object]:
             held_out_from=s.run,
             calls=s.calls,
             max_tokens=s.max_tokens,
+            decode_tokens=s.decode_tokens or None,
+            min_draft_steps=s.min_draft_steps,
+            rank=s.rank,
+            model_free=model_free,
+            dtype=VllmServer.model_validate({}).resolved_dtype() if engine == "vllm" else "float32",
+            baseline_logits=engine == "vllm",
             concurrency=s.concurrency,
             timeout=s.timeout,
             out=out,
@@ -272,6 +315,7 @@ def bench_command(settings: BenchSettings) -> None:
     typer.echo(markdown(report))
     if report["refused"]:
         raise typer.Exit(1)
+    exit_unranked(report, settings.rank, "bench")
 
 
 if __name__ == "__main__":

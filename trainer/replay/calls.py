@@ -115,8 +115,9 @@ def held_out(
     return [r for r in rows if _group(r) in chosen], f"repositories hashed below {fraction} (trainer's rule)"
 
 
-def to_call(row: Mapping[str, Any], cap: int) -> ReplayCall | None:
-    """A replayable call, or None (failed, translation-only or empty calls are not replayed)."""
+def to_call(row: Mapping[str, Any], cap: int, decode: int | None = None) -> ReplayCall | None:
+    """A replayable call, or None (failed, translation-only or empty calls are not replayed). It decodes
+    `decode` tokens when given, else its recorded length capped at `cap`."""
     if row.get("tag") or (row.get("status_code") or 200) != 200 or row.get("outcome") not in (None, "ok"):
         return None
     ids = row.get("prompt_token_ids")
@@ -132,7 +133,7 @@ def to_call(row: Mapping[str, Any], cap: int) -> ReplayCall | None:
         agent=str(row.get("agent") or "other"),
         language=str(row.get("lang") or "en"),
         recorded_tokens=recorded,
-        max_tokens=min(recorded, cap),
+        max_tokens=decode or min(recorded, cap),
         prompt_ids=[int(i) for i in ids] if ids else None,
         chat=chat,
     )
@@ -154,7 +155,14 @@ def stratified(calls: Iterable[ReplayCall], n: int, seed: int) -> list[ReplayCal
 
 
 def load_calls(
-    source: Path, *, n: int, seed: int, cap: int, run_dir: Path | None = None, fraction: float = 0.15
+    source: Path,
+    *,
+    n: int,
+    seed: int,
+    cap: int,
+    run_dir: Path | None = None,
+    fraction: float = 0.15,
+    decode: int | None = None,
 ) -> tuple[list[ReplayCall], dict[str, Any]]:
     """The sampled held-out calls and a summary of the selection (for the report)."""
     try:
@@ -162,7 +170,7 @@ def load_calls(
     except FileNotFoundError as e:
         raise ReplayError(f"--data {source}: {e}") from None
     held, how = held_out(rows, source, run_dir, fraction)
-    usable = [c for c in (to_call(r, cap) for r in held) if c is not None]
+    usable = [c for c in (to_call(r, cap, decode) for r in held) if c is not None]
     if not usable:
         raise ReplayError(
             f"{source}: none of the {len(held)} held-out calls is replayable (all failed or empty)"
@@ -178,5 +186,6 @@ def load_calls(
         "by_token_ids": sum(c.prompt_ids is not None for c in sample),
         "by_chat_fallback": sum(c.prompt_ids is None for c in sample),
         "seed": seed,
+        "decode_tokens": decode,
     }
     return sample, summary

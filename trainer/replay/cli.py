@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from clikit import settings_command
+from trainer.replay import evidence
 from trainer.replay.calls import ReplayError, load_calls
 from trainer.replay.client import Outcome
 from trainer.replay.report import build_report
@@ -64,11 +65,14 @@ def run_replay(settings: ReplaySettings, progress: Progress | None = None) -> di
         cap=settings.max_tokens,
         run_dir=settings.held_out_from,
         fraction=settings.eval_fraction,
+        decode=settings.decode_tokens,
     )
     result = asyncio.run(replay(settings, calls, progress or Progress()))
-    report = build_report(settings, selection, calls, result)
+    rows = evidence.rows(calls, result)
+    report = build_report(settings, selection, calls, result, rows)
     out = settings.out
     out.mkdir(parents=True, exist_ok=True)
+    evidence.write(rows, out / "evidence.parquet")
     (out / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     (out / "summary.md").write_text(markdown(report))
     report["plots"] = [str(p) for p in plots(report, out)]
@@ -92,3 +96,12 @@ def replay_command(settings: ReplaySettings) -> None:
     if report["refused"]:
         typer.echo("replay: REFUSED — " + "; ".join(report["problems"]), err=True)
         raise typer.Exit(1)
+    exit_unranked(report, settings.rank, "replay")
+
+
+def exit_unranked(report: dict[str, Any], asked: bool, who: str) -> None:
+    """Exit 3 when a ranking was asked for and the judgement cannot give one (below the floor)."""
+    judgement = report.get("judgement") or {}
+    if asked and not judgement.get("ranked"):
+        typer.echo(f"{who}: NOT RANKED — {judgement.get('verdict')}", err=True)
+        raise typer.Exit(3)

@@ -4,8 +4,12 @@ Speculative decoding is lossless in exact arithmetic, but a verify pass over k+1
 step run different kernel shapes, and their rounding (bf16 above all) can flip the argmax where the target's
 top two tokens are nearly tied. So a divergence is judged by the target itself: at the first position where
 the outputs part, the baseline endpoint is asked for its top-2 log-probabilities after the common prefix
-(prefix-cached, one token). A gap under `near_tie` nats is a near-tie, reported; anything wider means the
-two endpoints do not decode the same model, and the replay refuses the comparison.
+(prefix-cached, one token). A gap within the precision the engine computes in (trainer/precision.py: a
+floor in nats, or a few steps of its dtype at the top logit's magnitude when the baseline serves raw
+logits) is a near-tie, reported. A wider gap on a call where a model-free method (ngram, suffix) parts from
+the baseline too is the engine's numerics — a lookup drafter cannot change a correct engine's argmax —
+reported as `engine`. Anything else means the two endpoints do not decode the same model, and the replay
+refuses the comparison.
 """
 
 from __future__ import annotations
@@ -15,10 +19,9 @@ from typing import Any
 
 import httpx
 
+from trainer.precision import NearTieRule
 from trainer.replay.calls import ReplayCall
 from trainer.replay.client import Outcome
-
-NEAR_TIE = 0.1  # nats between the target's top-2 log-probabilities
 
 
 @dataclass
@@ -30,7 +33,9 @@ class Divergence:
     baseline_token: int | None
     endpoint_token: int | None
     top2_gap: float | None  # nats; None when the baseline gave no log-probabilities there
-    kind: str  # near_tie | mismatch | unclassified (text-only outputs: no ids to compare)
+    kind: str  # near_tie | engine | mismatch | unclassified (text-only outputs: no ids to compare)
+    top_logit: float | None = None  # the baseline's top logit there (raw-logits mode only)
+    threshold: float | None = None  # the near-tie rule's bound at that magnitude
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -43,18 +48,24 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-async def top2_gap(client: httpx.AsyncClient, url: str, model: str, prompt: list[int]) -> float | None:
-    """log p(top-1) − log p(top-2) of the next token after `prompt`, as the endpoint computes it."""
+async def top2_gap(
+    client: httpx.AsyncClient, url: str, model: str, prompt: list[int], logits: bool = False
+) -> tuple[float | None, float | None]:
+    """(log p(top-1) − log p(top-2), |top-1 logit| or None) of the next token after `prompt`, as the endpoint
+    computes it. The difference is the same for logits and log-probabilities; the magnitude is known only
+    when the endpoint serves raw logits (`logits`)."""
     body = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 2}
     reply = await client.post(f"{url}/v1/completions", json=body)
     if reply.status_code >= 400:
-        return None
+        return None, None
     try:
         top = reply.json()["choices"][0]["logprobs"]["top_logprobs"][0]
     except (ValueError, KeyError, IndexError, TypeError):
-        return None
+        return None, None
     values = sorted((float(v) for v in (top or {}).values()), reverse=True)
-    return values[0] - values[1] if len(values) >= 2 else None
+    if len(values) < 2:
+        return None, None
+    return values[0] - values[1], abs(values[0]) if logits else None
 
 
 async def classify(
@@ -64,7 +75,8 @@ async def classify(
     call: ReplayCall,
     base: Outcome,
     mine: Outcome,
-    near_tie: float = NEAR_TIE,
+    rule: NearTieRule | None = None,
+    logits: bool = False,
 ) -> Divergence | None:
     """The divergence of `mine` from `base` on `call`, classified; None when the outputs agree."""
     if mine.output() == base.output():
@@ -74,8 +86,29 @@ async def classify(
     at = first_difference(base.token_ids, mine.token_ids)
     if at is None:
         return None
-    gap = await top2_gap(client, base_url, model, [*call.prompt_ids, *base.token_ids[:at]])
+    rule = rule or NearTieRule()
+    gap, top = await top2_gap(client, base_url, model, [*call.prompt_ids, *base.token_ids[:at]], logits)
     pick = lambda ids: ids[at] if at < len(ids) else None  # noqa: E731
-    kind = "near_tie" if gap is not None and gap < near_tie else "mismatch"
-    return Divergence(call.call_id, mine.endpoint, mine.concurrency, at, pick(base.token_ids),
-                      pick(mine.token_ids), gap, kind)  # fmt: skip
+    kind = "near_tie" if rule.is_near_tie(gap, top) else "mismatch"
+    return Divergence(
+        call.call_id,
+        mine.endpoint,
+        mine.concurrency,
+        at,
+        pick(base.token_ids),
+        pick(mine.token_ids),
+        gap,
+        kind,
+        top,
+        rule.threshold(top),
+    )
+
+
+def attribute(found: list[Divergence], model_free: list[str]) -> list[Divergence]:
+    """Mismatches a model-free method shows, and a drafter's on a call where one of those parts from the
+    baseline at the same level, are the engine's (`engine`): they do not refuse the comparison."""
+    witnessed = {(d.call_id, d.concurrency) for d in found if d.endpoint in model_free}
+    for d in found:
+        if d.kind == "mismatch" and (d.endpoint in model_free or (d.call_id, d.concurrency) in witnessed):
+            d.kind = "engine"
+    return found

@@ -1,6 +1,7 @@
 """The replay's figures: per level and endpoint, MAL from the server's counters, output tokens/s, time to
-first token, speedup over the baseline, overall and per agent × language, and how many greedy outputs
-differ from the baseline's."""
+first token, speedup over the baseline, overall and per agent × language, how many greedy outputs
+differ from the baseline's and whose numerics that is, the judgement (intervals, paired differences and
+the ranking they support: trainer/replay/judge.py) and the outputs' degeneracy (trainer/replay/evidence.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 from trainer.replay.calls import ReplayCall
 from trainer.replay.client import Outcome
 from trainer.replay.counters import SpecCounters
+from trainer.replay.evidence import degeneracy
+from trainer.replay.judge import judge
 from trainer.replay.run import LevelRun, ReplayRun
 from trainer.replay.settings import ReplaySettings
 
@@ -94,7 +97,11 @@ def _level_stats(run: LevelRun, base: dict[str, Outcome] | None) -> dict[str, An
 
 
 def build_report(
-    settings: ReplaySettings, selection: dict[str, Any], calls: list[ReplayCall], result: ReplayRun
+    settings: ReplaySettings,
+    selection: dict[str, Any],
+    calls: list[ReplayCall],
+    result: ReplayRun,
+    evidence: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     baseline = settings.baseline_label
     levels: dict[int, dict[str, Any]] = {}
@@ -110,7 +117,8 @@ def build_report(
         for label, st in stats.items():
             kinds = [d.kind for d in result.divergences if d.endpoint == label and d.concurrency == level]
             st["near_ties"] = kinds.count("near_tie")
-            st["mismatches"] = len(kinds) - st["near_ties"]
+            st["engine_divergences"] = kinds.count("engine")  # a model-free method parts there too
+            st["mismatches"] = len(kinds) - st["near_ties"] - st["engine_divergences"]
             if label != baseline and st["mismatches"]:
                 problems.append(
                     f"{st['mismatches']} of {st['outputs_compared']} greedy outputs of {label} differ from "
@@ -131,6 +139,10 @@ def build_report(
             if r.label == s.label and r.spec is not None:
                 total = r.spec if total is None else total + r.spec
         overall[s.label] = total.as_dict() if total is not None else None
+    speculative = [s.label for s in result.served if s.speculative and s.label != baseline]
+    groups = {c.call_id: {"agent": c.agent, "language": c.language} for c in calls}
+    floor, resamples = settings.min_draft_steps, settings.resamples
+    judgement = judge(result, speculative, baseline, groups, floor, resamples, settings.seed)
     return {
         "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "settings": settings.model_dump(mode="json"),
@@ -140,6 +152,10 @@ def build_report(
         "spec_decode_overall": overall,
         "levels": list(levels.values()),
         "divergences": [d.as_dict() for d in result.divergences],
+        "near_tie_rule": {**settings.rule.as_dict(), "top_logit_known": settings.baseline_logits},
+        "judgement": judgement,
+        "degeneracy": degeneracy(evidence or []),
+        "evidence": "evidence.parquet",
         "problems": problems,
         "refused": bool(problems),
         "errors": [
@@ -171,6 +187,7 @@ def build_report(
                 "ttft_s": _r(o.ttft),
                 "tokens_per_s": _r(o.tokens_per_s, 2),
                 "mal": _r(o.spec.mal) if o.spec is not None else None,
+                "drafts": o.spec.drafts if o.spec is not None else None,
             }
             for r in result.runs
             for o in r.outcomes

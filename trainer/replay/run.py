@@ -18,7 +18,7 @@ import httpx
 from trainer.replay.calls import ReplayCall, ReplayError
 from trainer.replay.client import Outcome, send
 from trainer.replay.counters import SpecCounters, scrape
-from trainer.replay.divergence import Divergence, classify
+from trainer.replay.divergence import Divergence, attribute, classify
 from trainer.replay.settings import ReplaySettings
 
 
@@ -228,7 +228,10 @@ async def divergences(
         for label, run in runs.items():
             for o in run.outcomes if label != base_label else []:
                 if o.ok and o.call_id in base:
-                    d = await classify(client, base_served.url, base_served.model, by_id[o.call_id],
-                                       base[o.call_id], o, settings.near_tie)  # fmt: skip
+                    call, ref = by_id[o.call_id], base[o.call_id]
+                    url, model = base_served.url, base_served.model
+                    d = await classify(
+                        client, url, model, call, ref, o, settings.rule, settings.baseline_logits
+                    )
                     found += [d] if d is not None else []
-    return found
+    return attribute(found, settings.model_free)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from trainer.precision import NearTieRule
+
 
 class Endpoint(BaseModel):
     label: str
@@ -58,7 +60,39 @@ class ReplaySettings(BaseModel):
     max_tokens: int = Field(
         default=256,
         ge=1,
-        description="Cap on max_tokens (each call asks for its recorded completion length).",
+        description="Without --decode-tokens: cap on max_tokens (each call asks for its recorded length).",
+    )
+    decode_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens every call decodes (temperature 0), whatever its recorded completion's length "
+        "(recorded completions were capped by the proxy); an end-of-sequence token still ends a call.",
+    )
+    min_draft_steps: int = Field(
+        default=1000,
+        ge=1,
+        description="Draft steps each speculative method must be measured on before methods are ranked.",
+    )
+    rank: bool = Field(
+        default=False,
+        description="A ranking is asked for: exit 3 when the judgement is below --min-draft-steps.",
+    )
+    resamples: int = Field(
+        default=2000, ge=100, description="Bootstrap resamples over calls (95 % intervals)."
+    )
+    model_free: list[str] = Field(
+        default_factory=list,
+        description="Labels of model-free methods (ngram, suffix): they cannot change a correct engine's "
+        "argmax, so their divergences, and a drafter's on the same call, are the engine's numerics.",
+    )
+    dtype: str | None = Field(
+        default=None,
+        description="The dtype the endpoints compute in (float32, bfloat16): sets the near-tie rule's steps.",
+    )
+    baseline_logits: bool = Field(
+        default=False,
+        description="The baseline serves raw logits as log-probabilities (vLLM --logprobs-mode raw_logits): "
+        "the top logit's magnitude sets the near-tie rule; without it only the floor (--near-tie) applies.",
     )
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 8],
@@ -72,7 +106,8 @@ class ReplaySettings(BaseModel):
         default=0.1,
         ge=0,
         description="A greedy output that parts from the baseline's where the baseline's top-2 log-probabilities "
-        "are closer than this (nats) is a near-tie of rounding, reported; a wider gap refuses the run.",
+        "are this close (nats) is a near-tie of rounding, reported; so is one within a few steps of --dtype at "
+        "the top logit's magnitude; a wider gap refuses the run unless a model-free method parts there too.",
     )
 
     @field_validator("endpoint")
@@ -99,6 +134,18 @@ class ReplaySettings(BaseModel):
         if labels and unknown:
             raise ValueError(f"unknown endpoint label(s) {unknown}; the endpoints are {labels}")
         return value
+
+    @field_validator("model_free")
+    @classmethod
+    def _model_free_known(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        labels = [parse_endpoint(v).label for v in info.data.get("endpoint") or []]
+        if labels and (unknown := [x for x in value if x not in labels]):
+            raise ValueError(f"unknown endpoint label(s) {unknown}; the endpoints are {labels}")
+        return value
+
+    @property
+    def rule(self) -> NearTieRule:
+        return NearTieRule(self.dtype or "float32", floor=self.near_tie)
 
     @property
     def endpoints(self) -> list[Endpoint]:

@@ -64,6 +64,7 @@ def markdown(report: dict[str, Any]) -> str:
             )
     if notes:
         lines += ["", *(f"† {label}: {why}" for label, why in notes.items())]
+    lines += judgement_lines(report)
     if report["problems"]:
         lines += ["", "## Problems", "", *(f"- {p}" for p in report["problems"])]
     if report["errors"]:
@@ -73,6 +74,86 @@ def markdown(report: dict[str, Any]) -> str:
             for e in report["errors"][:50]
         ]
     return "\n".join(lines) + "\n"
+
+
+def _ci(x: Any) -> str:
+    return f"[{x[0]:.2f}, {x[1]:.2f}]" if x else "[–]"
+
+
+def judgement_lines(report: dict[str, Any]) -> list[str]:
+    """The judgement: MAL, acceptance and speedup with 95 % intervals, the paired differences, the verdict."""
+    j = report.get("judgement")
+    if not j:
+        return []
+    lines = [
+        "",
+        f"## Judgement: concurrency 1, {j['calls']} calls, 95 % bootstrap intervals over calls "
+        f"({j['resamples']} resamples; floor {j['floor_draft_steps']} draft steps per method)",
+        "",
+        f"**{'Ranked' if j['ranked'] else 'Not ranked'}: {j['verdict']}.**",
+    ]
+    if j["methods"]:
+        head = "| method | draft steps | MAL [95 % CI] | acceptance at positions 1.. | speedup [95 % CI] |"
+        lines += ["", head, "|---|---|---|---|---|"]
+        for label, m in j["methods"].items():
+            acc = " ".join(f"{a:.2f}" for a in m["per_position_acceptance"][:8]) or "–"
+            lines.append(
+                f"| {label} | {m['draft_steps']} | {_f(m['mal'])} {_ci(m['mal_ci'])} | {acc} "
+                f"| {_f(m['speedup'], '{:.2f}×')} {_ci(m['speedup_ci'])} |"
+            )
+    if j["pairs"]:
+        lines += ["", "| pair | Δ MAL (a − b) [95 % CI, paired] | verdict |", "|---|---|---|"]
+        for p in j["pairs"]:
+            lines.append(
+                f"| {p['a']} − {p['b']} | {_f(p['mal_difference'], '{:+.2f}')} {_ci(p['ci'])} | {p['verdict']} |"
+            )
+    degenerate = report.get("degeneracy") or {}
+    if degenerate:
+        cells = [
+            f"{k}: {_f(v['mean_distinct_4gram_ratio'])} / {v['max_longest_repeat_run']}"
+            for k, v in degenerate.items()
+        ]
+        lines += ["", "Outputs' distinct-4-gram ratio / longest repeated run (tokens): " + "; ".join(cells)]
+    return lines
+
+
+def plot_judgement(report: dict[str, Any], out: Path) -> Path | None:
+    """judgement.png: MAL with its 95 % interval by method, and within each agent and each language."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = (report.get("judgement") or {}).get("methods") or {}
+    if not methods:
+        return None
+    keys = sorted({k for m in methods.values() for k in m["by"]})
+    panels = [
+        ("all calls", ["all"]),
+        ("by agent", [k for k in keys if k.startswith("agent:")]),
+        ("by language", [k for k in keys if k.startswith("language:")]),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4), sharey=True)
+    width = 0.8 / len(methods)
+    for ax, (title, groups) in zip(axes, panels, strict=True):
+        for i, (label, m) in enumerate(methods.items()):
+            cells = [m if g == "all" else m["by"].get(g, {}) for g in groups]
+            ys = [c.get("mal") or 0 for c in cells]
+            cis = [c.get("mal_ci") or (y, y) for y, c in zip(ys, cells, strict=True)]
+            err = [
+                [y - lo for y, (lo, _) in zip(ys, cis, strict=True)],
+                [hi - y for y, (_, hi) in zip(ys, cis, strict=True)],
+            ]
+            ax.bar([j + i * width for j in range(len(groups))], ys, width, yerr=err, capsize=3, label=label)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], [g.split(":")[-1] for g in groups])
+        ax.set_title(f"MAL, 95 % interval — {title}")
+        ax.axhline(1.0, color="grey", lw=0.8)
+    axes[0].legend()
+    fig.tight_layout()
+    path = out / "judgement.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def plots(report: dict[str, Any], out: Path) -> list[Path]:
@@ -119,4 +200,5 @@ def plots(report: dict[str, Any], out: Path) -> list[Path]:
         fig.savefig(out / "acceptance.png", dpi=110)
         plt.close(fig)
         written.append(out / "acceptance.png")
-    return written
+    judged = plot_judgement(report, out)
+    return written + ([judged] if judged else [])

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -77,6 +78,55 @@ def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
     assert (out / "mal_speedup.png").stat().st_size > 0
     assert (out / "acceptance.png").stat().st_size > 0
 
+    # the evidence: every call's output ids and counters, beside the report, adding up to its figures
+    evidence = pq.read_table(out / "evidence.parquet").to_pylist()
+    assert len(evidence) == 4 * 2 * 2  # calls × endpoints × levels
+    mine = [r for r in evidence if r["endpoint"] == "dflash" and r["concurrency"] == 1]
+    assert sum(r["drafts"] for r in mine) == level1["drafts"]
+    assert all(len(r["output_token_ids"]) == r["completion_tokens"] for r in evidence)
+    assert all(0 < r["distinct_4gram_ratio"] <= 1 for r in evidence)
+    judged = saved["judgement"]
+    assert judged["calls"] == 4
+    assert judged["methods"]["dflash"]["draft_steps"] == level1["drafts"]
+    assert judged["ranked"] is False  # a handful of draft steps is below the floor of 1,000
+    assert "too small to rank" in judged["verdict"]
+    assert "Not ranked: too small to rank" in (out / "summary.md").read_text()
+    assert (out / "judgement.png").stat().st_size > 0
+
+
+def test_a_fixed_decode_budget_and_a_ranking_asked_below_the_floor_exits_3(
+    rows: list[dict],
+    plain: Live,
+    spec: Live,
+    tmp_path: Path,  # type: ignore[type-arg]
+) -> None:
+    data = write_split(rows, tmp_path / "dataset", "test")
+    out = tmp_path / "out"
+    args = [
+        "replay",
+        "--data",
+        str(data),
+        "--endpoint",
+        f"base={plain.url}",
+        "--endpoint",
+        f"dflash={spec.url}",
+        "--concurrency",
+        "1",
+        "--decode-tokens",
+        "20",
+        "--rank",
+        "--out",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "NOT RANKED — too small to rank: dflash" in result.output
+    report = json.loads((out / "report.json").read_text())
+    assert {c["max_tokens"] for c in report["calls"]} == {20}  # not the recorded 12
+    evidence = pq.read_table(out / "evidence.parquet").to_pylist()
+    assert all(r["max_tokens"] == 20 for r in evidence)
+    assert any(r["completion_tokens"] > 12 for r in evidence)  # decoded past the recorded length
+
 
 def test_the_cli_prints_the_table_and_a_too_long_prompt_fails_alone(
     tiny,
@@ -93,9 +143,20 @@ def test_the_cli_prints_the_table_and_a_too_long_prompt_fails_alone(
     out = tmp_path / "out"
     result = CliRunner().invoke(
         app,
-        ["replay", "--data", str(data), "--endpoint", f"base={plain.url}", "--endpoint", f"dflash={spec.url}",
-         "--concurrency", "1", "--out", str(out)],
-    )  # fmt: skip
+        [
+            "replay",
+            "--data",
+            str(data),
+            "--endpoint",
+            f"base={plain.url}",
+            "--endpoint",
+            f"dflash={spec.url}",
+            "--concurrency",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
     assert "| 1 | dflash |" in result.output
