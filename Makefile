@@ -115,7 +115,7 @@ train: install vllm
 	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) --set runs_dir=$(RUNS_DIR) $(TRAIN_ARGS)
 	$(BIN)/python -m trainer eval $(RUNS_DIR)/latest
 	$(BIN)/python -m trainer export $(RUNS_DIR)/latest $(RUNS_DIR)/latest/export
-	$(BIN)/python -m trainer parity $(RUNS_DIR)/latest --launch $(PARITY_ARGS)
+	$(BIN)/python -m trainer parity $(RUNS_DIR)/latest --launch --prove-export $(PARITY_ARGS)
 
 # The drafter where it is served: vLLM serving the target plainly, with ngram and suffix decoding and with
 # runs/latest/export as its dflash drafter (`make train` first when there is none), the held-out calls

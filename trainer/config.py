@@ -166,7 +166,11 @@ class TrainConfig(BaseModel):
     # what `python -m trainer eval` does with this run by default
     eval_prompts: int = Field(8, ge=1, description="Held-out prompts decoded by `eval`.")
     eval_max_new_tokens: int = Field(64, ge=1, description="Tokens generated per held-out prompt.")
-    eval_max_prompt_len: int = Field(2048, ge=1, description="Longest held-out prompt.")
+    eval_max_prompt_len: int = Field(
+        2048,
+        ge=0,
+        description="Longest held-out prompt (its last tokens); 0: whole prompts, as the serving engine reads them.",
+    )
     # launch settings for `python -m trainer submit` (not used by training itself)
     launch: Launch = Field(
         default_factory=lambda: Launch.model_validate({}), description="How `submit` launches the run."

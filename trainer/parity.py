@@ -31,8 +31,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from standin import Target, load_target
+from trainer.data.build import read
 from trainer.errors import TrainerError
-from trainer.evaluate import Prompt, evaluate, held_out_prompts
+from trainer.evaluate import Prompt, evaluate, prompts_from_sequences
 from trainer.precision import NearTieRule
 from trainer.replay.counters import SpecCounters, parse
 
@@ -82,6 +83,12 @@ class ParitySettings(BaseModel):
     allow_inconclusive: bool = Field(
         False, description="Let an inconclusive drafter check pass the gate (said in the report)."
     )
+    prove_export: bool = Field(
+        False,
+        description="--launch: when the drafter check is inconclusive, overfit a throwaway copy of the drafter "
+        "on the gate's prompts, export and serve it, and gate that: the export path proven, said as such.",
+    )
+    probe_steps: int = Field(60, ge=1, description="Passes over the gate's prompts the throwaway trains.")
     dtype: str | None = Field(
         None,
         description="The dtype the engine computes in (float32, bfloat16): (a)'s near-tie rule; --launch "
@@ -226,13 +233,13 @@ def drafter_parity(
     }
 
 
-def gate_prompts(eval_parquet: Path, s: ParitySettings) -> list[Prompt]:
+def gate_prompts(seqs: list[Any], s: ParitySettings) -> list[Prompt]:
     """`prompts` held-out prompts cut to `max_prompt_len`, then the `long_prompts` longest whole ones that
     fit the served context (one at the bench's length proves RoPE and masks where the bench judges)."""
-    cut = held_out_prompts(eval_parquet, s.prompts, s.max_prompt_len)
+    cut = prompts_from_sequences(seqs, s.prompts, s.max_prompt_len)
     if not s.long_prompts:
         return cut
-    whole = held_out_prompts(eval_parquet, 1 << 20, s.max_model_len - s.max_tokens)
+    whole = prompts_from_sequences(seqs, 1 << 20, s.max_model_len - s.max_tokens)
     longest = sorted((p for p in whole if not p.truncated), key=lambda p: -len(p.ids))
     seen = {tuple(p.ids) for p in cut}
     return cut + [p for p in longest if tuple(p.ids) not in seen][: s.long_prompts]
@@ -243,7 +250,8 @@ def parity(s: ParitySettings) -> dict[str, Any]:
         raise ParityError("no --endpoint serving the run's target")
     run = s.run.resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
-    prompts = gate_prompts(run / "data" / "eval.parquet", s)
+    held = run / "data" / "eval.parquet"
+    prompts = gate_prompts(read(held) if held.exists() else [], s)
     if not prompts:
         raise ParityError(f"no held-out prompts in {run / 'data' / 'eval.parquet'}")
     target = load_target(str(cfg.get("target", "smollm2")))

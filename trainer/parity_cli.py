@@ -5,7 +5,9 @@ With `--launch` the export is first loaded by vLLM's own loader (any drafter ten
 fails the gate), then served as its own kind: DFlash with `method: dflash`, DSpark with `method: dspark`,
 each with its own number of draft tokens; a kind vLLM CPU refuses (DFlash2, DSpark) is served by our
 engine instead, and the report says so — on such a row the gate proves our engine against itself, not the
-export against vLLM.
+export against vLLM. With `--prove-export`, an inconclusive drafter check is followed by the gate of a
+throwaway drafter overfit on the gate's prompts (trainer/parity_probe.py): the export path is proven even
+when the run's drafter accepts too little to prove it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from serving.drafter_load import DrafterLoadError, check_loads
 from serving.launch import VllmServer
 from serving.serve import model_path
 from serving.venv import availability
+from standin import load_target
+from trainer.data.build import read
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
-from trainer.parity import ParityError, ParitySettings, parity
-from trainer.replay.bench import VLLM_CPU_CANNOT, BenchSettings, Server, served
+from trainer.parity import ParityError, ParitySettings, drafter_parity, gate_prompts, parity
+from trainer.parity_probe import throwaway
 from trainer.replay.calls import ReplayError
+from trainer.replay.servers import VLLM_CPU_CANNOT, BenchSettings, Server, served
 
 
 def launched(s: ParitySettings) -> dict[str, Any]:
@@ -66,8 +71,34 @@ def launched(s: ParitySettings) -> dict[str, Any]:
         "dtype": s.dtype or dtype,
         "note": VLLM_CPU_CANNOT.get(kind),
     }
+    if report["inconclusive"] and s.prove_export and report["target"]["ok"]:
+        report["throwaway"] = prove(s, target, kind, server, tokens, bench, logs)
+        report["ok"] = report["throwaway"]["ok"]
     (s.out or s.run).joinpath("parity.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def prove(
+    s: ParitySettings, target: str, kind: str, server: Server, tokens: int, bench: BenchSettings, logs: Path
+) -> dict[str, Any]:
+    """The throwaway's drafter check: overfit, exported, loaded by vLLM, served as the run's kind."""
+    typer.echo(
+        f"parity: the drafter check is inconclusive; proving the export path with a throwaway {kind}",
+        err=True,
+    )
+    model = load_target(target)
+    held = s.run / "data" / "eval.parquet"
+    prompts = gate_prompts(read(held) if held.exists() else [], s)
+    probe = throwaway(s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps)
+    if server.engine is None:
+        try:
+            check_loads(model_path(target), probe / "export", server.method, tokens)
+        except DrafterLoadError as e:
+            raise ParityError(f"the throwaway's export: {e}") from None
+    served_probe = {"throwaway": server._replace(draft=probe / "export")}
+    with served("vllm", target, served_probe, bench, logs, who="parity") as urls:
+        checked = s.model_copy(update={"draft_tokens": tokens})
+        return drafter_parity(probe, model, urls["throwaway"], prompts, checked)
 
 
 def _line(report: dict[str, Any]) -> str:

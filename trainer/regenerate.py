@@ -41,7 +41,8 @@ from standin import load_target
 from trainer.data.build import heldout_call_ids
 from trainer.data.records import CallExample, load_examples, read_rows
 from trainer.errors import TrainerError
-from trainer.replay.bench import BenchSettings, Server, bench_engine, served
+from trainer.replay.bench import bench_engine
+from trainer.replay.servers import BenchSettings, Server, served
 from wire import API_SHAPES, Api
 
 

@@ -14,7 +14,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from serving.drafter_load import vllm_load
+from serving.drafter_load import DrafterLoadError, check_loads, vllm_load
 from serving.venv import python
 from standin import Target
 from trainer.dflash.config import make_draft_config, resolve_mask_token
@@ -64,6 +64,23 @@ def test_vllm_loads_every_tensor_of_each_kind(
         assert refusal[kind] in got["serve_refusal"]
     else:
         assert got["serve_refusal"] is None
+    # a mask embedding vLLM would read is a drafter tensor, not a shared one; ours mask through the vocabulary
+    assert not any("mask_embedding" in n for n in got["shared_from_target"])
+
+
+def test_a_tensor_vllm_leaves_unloaded_fails_the_load_check(
+    tiny: Target, tiny_dir: Path, tmp_path: Path
+) -> None:
+    """What the bench and the parity gate run before serving: a checkpoint missing a drafter tensor loads
+    without an error in vLLM (the parameter keeps whatever memory held), and the check refuses it."""
+    draft = saved("dflash", tiny, tmp_path / "dflash")
+    weights = load_file(draft / "model.safetensors")
+    dropped = next(n for n in weights if n.endswith("fc.weight"))
+    save_file(
+        {k: v for k, v in weights.items() if k != dropped}, draft / "model.safetensors", {"format": "pt"}
+    )
+    with pytest.raises(DrafterLoadError, match="unloaded"):
+        check_loads(tiny_dir, draft, "dflash", drafted_tokens(draft))
 
 
 # Run by vLLM's interpreter: vLLM's own DFlash2 convolution (its CPU path) and candidate scoring, on the

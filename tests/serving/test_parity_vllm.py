@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from standin import Target
 from tests.serving.conftest import vllm
-from tests.trainer.replay.conftest import BLOCK, NEW_TOKENS
+from tests.trainer.replay.conftest import BLOCK, NEW_TOKENS, overfit
 from trainer.evaluate import Prompt
 from trainer.parity import ParitySettings, drafter_parity, target_parity
 
@@ -93,3 +93,24 @@ def test_the_drafter_gate_passes_the_honest_export_and_catches_planted_faults(
     # overfit (4.0 at 80 steps): a fault cannot hide in noise around 1
     assert result["our_acceptance_length"] > 1.8
     assert result["ok"] is passes, result
+
+
+def test_a_drafter_that_accepts_nothing_is_inconclusive_not_passed(
+    tiny: Target,
+    tiny_dir: Path,
+    tiny_rows: list[dict],  # type: ignore[type-arg]
+    prompts: list[Prompt],
+    tmp_path: Path,
+) -> None:
+    """An untrained drafter accepts (almost) nothing on both engines: a gap of 0 there proves nothing about
+    taps, RoPE or weights, so the check is inconclusive — and the gate does not pass it unless allowed."""
+    run = tmp_path / "run"
+    overfit(tiny, tiny_rows, run / "drafter", steps=0)
+    shutil.copytree(run / "drafter", run / "export")
+    spec = json.dumps({"method": "dflash", "model": str(run / "export"), "num_speculative_tokens": BLOCK - 1})
+    args = ("--max-model-len", "512", "--dtype", "float32", "--speculative-config", spec)
+    with vllm(str(tiny_dir), run / "untrained.log", *args) as url:
+        result = drafter_parity(run, tiny, url, prompts, settings(run))
+    assert result["engine_mal"] < 1.1
+    assert result["status"] == "inconclusive", result
+    assert result["ok"] is False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from trainer.evaluate import prompts_from_sequences
+from trainer.parity import ParitySettings, gate_prompts
 
 
 def _seq(n: int, starts: list[int], agent: str = "claude-code") -> SimpleNamespace:
@@ -31,3 +32,11 @@ def test_agent_contexts_longer_than_the_budget_are_evaluated_on_their_last_token
 def test_windows_only_fill_what_fitting_contexts_leave() -> None:
     got = prompts_from_sequences([_seq(4000, [30, 3000])], n=2, max_prompt_len=512)
     assert [(len(p.ids), p.truncated) for p in got] == [(30, False), (512, True)]
+
+
+def test_the_parity_gate_adds_the_longest_whole_prompt_that_fits_the_served_context() -> None:
+    seqs = [_seq(20000, [600, 13000, 19990]), _seq(5000, [400, 4000], "codex")]
+    s = ParitySettings(prompts=2, max_prompt_len=1024, long_prompts=1, max_model_len=16384, max_tokens=32)
+    got = gate_prompts(seqs, s)
+    assert [(len(p.ids), p.truncated) for p in got] == [(600, False), (400, False), (13000, False)]
+    assert len(gate_prompts(seqs, s.model_copy(update={"long_prompts": 0}))) == 2

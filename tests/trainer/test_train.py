@@ -272,3 +272,18 @@ def test_ranks_agree_on_a_signal_one_step_later_without_waiting_for_this_step() 
     stop.signum = signal.SIGTERM  # received during the next step
     assert stop.agreed() == 0  # this step's reduction is started, the previous one (0) is read
     assert stop.agreed() == signal.SIGTERM  # one step later every rank sees it
+
+
+def test_a_time_budget_ends_training_at_a_step_and_keeps_the_drafter(
+    tmp_path: Path, calls: Path, target
+) -> None:  # type: ignore[no-untyped-def]
+    """`max_minutes` (the CPU config's budget): a budget spent by the first step ends the loop after it,
+    and the run finishes as any other — the drafter saved, the summary saying it was cut short."""
+    run = train(cfg(tmp_path, calls, name="budget", epochs=50, max_minutes=1e-6), target=target)
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["steps"] == 1
+    assert summary["planned_steps"] > 50
+    assert summary["stopped_by_budget"] is True
+    assert summary["max_minutes"] == 1e-6
+    assert (run / "drafter" / "config.json").is_file()
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1

@@ -11,7 +11,8 @@ from trainer.dflash.config import make_draft_config
 from trainer.dflash.dflash2 import DFlash2DraftModel, dflash2_config
 from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.model import DFlashDraftModel
-from trainer.replay.bench import BenchSettings, command, notes, servers
+from trainer.replay.bench import notes, servers
+from trainer.replay.servers import BenchSettings, command
 from trainer.replay.summary import markdown
 
 
@@ -37,6 +38,9 @@ def test_each_kind_is_served_by_its_method_and_dspark_by_our_engine_on_vllm_cpu(
     assert chosen["dspark"].engine == "standin"
     argv = command("vllm", "smollm2", chosen["dflash"], 1, s)
     assert '"num_speculative_tokens": 7' in argv[-1]  # the drafter's own block: 8 - 1
+    plain = command("vllm", "smollm2", chosen["plain"], 1, s)
+    assert "--extra-arg=--logprobs-mode=raw_logits" in plain  # its logits' magnitude sets the near-tie rule
+    assert plain[plain.index("--dtype") + 1] == "auto"  # bf16 where the CPU has it: the report says which
     assert "serve-target" in command("vllm", "smollm2", chosen["dspark"], 1, s)  # the stand-in's server
     assert chosen["dflash2"].method == "dflash"  # vLLM picks the candidate walk by the architecture
     assert chosen["dflash2"].engine == "standin"

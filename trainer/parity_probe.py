@@ -1,0 +1,79 @@
+"""A throwaway drafter that proves the export path when the run's own drafter cannot.
+
+The parity gate compares our engine's acceptance with the serving engine's; a drafter that accepts almost
+nothing makes that comparison inconclusive (a broken export accepts nothing too). So the gate can take the
+run's drafter — its kind, shape, taps and weights — and overfit it on the target's own greedy
+continuations of the gate's prompts until it accepts most of them, export it the way `trainer export`
+does, and gate *that*: a tap off by one, another RoPE layout or an unloaded tensor then shows as a gap,
+not as noise around 1. The throwaway is written under the gate's log folder, never over the run's drafter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from standin import Target
+from standin.engine import Engine, SamplingParams
+from trainer.dflash import helpers as H
+from trainer.dflash.kinds import load_drafter
+from trainer.dflash.objective import dflash_loss
+from trainer.drafting import frozen_weight
+from trainer.evaluate import Prompt
+from trainer.export import export
+
+ANCHORS = 64  # per sequence: every position of a short continuation is an anchor
+
+
+def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
+    params = SamplingParams(max_tokens=n, temperature=0.0)
+    return [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
+
+
+def throwaway(
+    run: Path,
+    target: Target,
+    prompts: list[Prompt],
+    max_tokens: int,
+    out: Path,
+    steps: int = 60,
+    lr: float = 3e-2,
+) -> Path:
+    """`out`, a run folder the gate reads: `drafter/` (the run's drafter overfit on `prompts`' greedy
+    continuations for `steps` passes) and `export/` (it in the released layout)."""
+    torch.manual_seed(0)
+    drafter = load_drafter(run / "drafter").float().train()
+    embed = frozen_weight(target.embed_tokens).detach().float()
+    head = frozen_weight(target.lm_head).detach().float()
+    b = drafter.block_size
+    weights = H.loss_weights(b, H.default_gamma(b))
+    seqs = []
+    for p in prompts:  # the target's features once per prompt: it is frozen
+        completion = greedy(target, p.ids, max_tokens)
+        ids = torch.tensor(p.ids + completion)
+        mask = torch.tensor([0] * len(p.ids) + [1] * len(completion))
+        with torch.no_grad():
+            taps = target.tap(ids[None].to(target.device), drafter.target_layer_ids).float().cpu()
+        seqs.append((ids, mask, taps))
+    opt = torch.optim.AdamW(drafter.parameters(), lr=lr)
+    for _ in range(steps):
+        for ids, mask, taps in seqs:
+            loss = dflash_loss(
+                drafter,
+                taps=taps,
+                input_ids=ids,
+                loss_mask=mask,
+                anchors=H.sample_anchors(mask, ANCHORS),
+                embed_weight=embed,
+                lm_head_weight=head,
+                block_size=b,
+                mask_token_id=drafter.mask_token_id,
+                weights=weights,
+            ).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    drafter.eval().save(out / "drafter")
+    export(out, out / "export")
+    return out
