@@ -38,7 +38,7 @@ def top2_gap(target: Any, ids: list[int]) -> tuple[float, float]:
     out = target.forward(torch.tensor([ids], device=dev), None, logits_to_keep=1)
     logits = out.logits[0, -1]
     top = torch.log_softmax(logits.float(), -1).topk(2).values
-    return float(top[0] - top[1]), float(logits.float().abs().max())
+    return float(top[0] - top[1]), abs(float(logits.float().max()))
 
 
 def divergences(

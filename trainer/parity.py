@@ -127,11 +127,13 @@ def engine_logprobs(url: str, model: str, ids: list[int]) -> tuple[list[float], 
 
 
 @torch.no_grad()
-def trainer_logprobs(target: Target, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The trainer's log-softmax at positions 0..T-2 ([T-1, V]) and the ids they predict."""
+def trainer_logprobs(target: Target, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The trainer's log-softmax at positions 0..T-2 ([T-1, V]), the ids they predict, and the top logit's
+    magnitude at each (what sets the engine dtype's rounding step)."""
     x = torch.tensor([ids], device=target.device)
     logits = target.forward(x).logits[0, :-1].float()
-    return torch.log_softmax(logits, dim=-1), x[0, 1:]
+    magnitude = logits.amax(-1).abs()
+    return torch.log_softmax(logits, dim=-1), x[0, 1:], magnitude
 
 
 def target_parity(target: Target, url: str, prompts: list[Prompt], s: ParitySettings) -> dict[str, Any]:
@@ -141,11 +143,10 @@ def target_parity(target: Target, url: str, prompts: list[Prompt], s: ParitySett
     agree = compared = ties = 0
     for p in prompts:
         served, served_top1 = engine_logprobs(url, model, p.ids)
-        logp, nxt = trainer_logprobs(target, p.ids)
+        logp, nxt, magnitude = trainer_logprobs(target, p.ids)
         ours = logp.gather(1, nxt[:, None])[:, 0].tolist()
         diffs += [abs(a - b) for a, b in zip(ours, served, strict=True)]
         top2 = logp.topk(2, dim=-1)
-        magnitude = _top_logit(target, p.ids)
         for i, engine_top in enumerate(served_top1):
             if engine_top is None:
                 continue
@@ -167,13 +168,6 @@ def target_parity(target: Target, url: str, prompts: list[Prompt], s: ParitySett
         "near_tie_rule": rule.describe(),
         "thresholds": {"mean_abs_logprob_diff": s.logprob_tol, "greedy_agreement": s.greedy_min},
     }
-
-
-@torch.no_grad()
-def _top_logit(target: Target, ids: list[int]) -> torch.Tensor:
-    """|top logit| at positions 0..T-2: the magnitude that sets the engine dtype's rounding step."""
-    logits = target.forward(torch.tensor([ids], device=target.device)).logits[0, :-1]
-    return logits.float().abs().amax(-1)
 
 
 def _scrape(url: str, model: str) -> SpecCounters:

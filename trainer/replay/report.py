@@ -139,7 +139,7 @@ def build_report(
             if r.label == s.label and r.spec is not None:
                 total = r.spec if total is None else total + r.spec
         overall[s.label] = total.as_dict() if total is not None else None
-    speculative = [s.label for s in result.served if s.speculative and s.label != baseline]
+    speculative = [s.label for s in result.served if s.has_counters and s.label != baseline]  # ngram too
     groups = {c.call_id: {"agent": c.agent, "language": c.language} for c in calls}
     floor, resamples = settings.min_draft_steps, settings.resamples
     judgement = judge(result, speculative, baseline, groups, floor, resamples, settings.seed)
