@@ -5,10 +5,10 @@ YaRN (factor 4 from 8,192), on harvested prompts, served by vLLM.
 
 Three ways to read the same prompt, each served by `python -m serving serve` (eager, one at a time):
 
-- `plain`: the whole prompt, plain RoPE (the folder as `make target` serves it: positions past 8,192 are
-  rotated at angles the model never saw in training);
-- `yarn`: the whole prompt, the same weights with YaRN (`rope_scaling` yarn, factor 4, original 8,192),
-  which vLLM and the project's loader both read from the folder's config.json;
+- `plain`: the whole prompt, plain RoPE (positions past 8,192 are rotated at angles the model never saw in
+  training; how `make target` served it until this measurement);
+- `yarn`: the whole prompt, the same weights with YaRN (yarn, factor 4, original 8,192), which vLLM and the
+  project's loader both read from the folder's config.json (how the default target is served now);
 - `inside`: the prompt's last 8,000 tokens only, plain RoPE: every position inside the trained range (the
   reference: the same tokens predicted, with less context).
 
@@ -37,8 +37,8 @@ TRAINED = 8192
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED}
 
 
-def yarn_folder(base: Path, out: Path) -> Path:
-    """A copy of the target's folder (weights linked) whose config asks for YaRN."""
+def rope_folder(base: Path, out: Path, yarn: bool) -> Path:
+    """A copy of the target's folder (weights linked) whose config asks for YaRN, or for plain RoPE."""
     out.mkdir(parents=True, exist_ok=True)
     for f in base.iterdir():
         if f.name != "config.json" and not (out / f.name).exists():
@@ -48,7 +48,8 @@ def yarn_folder(base: Path, out: Path) -> Path:
         **YARN,
         "rope_theta": cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta"),
     }
-    cfg.update(max_position_embeddings=TRAINED, rope_scaling=rope, rope_parameters=rope)
+    # vLLM and transformers read a YaRN config's max_position_embeddings as the scaled length
+    cfg.update(max_position_embeddings=int(TRAINED * YARN["factor"]), rope_scaling=rope, rope_parameters=rope)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return out
 
@@ -92,20 +93,22 @@ def main() -> None:
     ap.add_argument("--tail", type=int, default=2000, help="Prompt tokens scored (the last ones).")
     ap.add_argument("--decode", type=int, default=96)
     ap.add_argument("--out", type=Path, default=Path("runs/context"))
+    ap.add_argument("--ways", nargs="+", default=["plain", "yarn", "inside"], help="Which readings to serve.")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     chosen = prompts(args.data, args.n, args.tail)
     if not chosen:
         raise SystemExit(f"{args.data}: no recorded prompt longer than {TRAINED + args.tail} tokens")
     base = Path(model_path("smollm2"))
+    plain = str(rope_folder(base, args.out / "smollm2-plain", yarn=False))
     ways = {
-        "plain": str(base),
-        "yarn": str(yarn_folder(base, args.out / "smollm2-yarn")),
-        "inside": str(base),
+        "plain": plain,
+        "yarn": str(rope_folder(base, args.out / "smollm2-yarn", yarn=True)),
+        "inside": plain,
     }
     s = BenchSettings(compile=False, kv_cache_gib=2.0)
     results: dict[str, list[dict[str, Any]]] = {}
-    for way, folder in ways.items():
+    for way, folder in ((w, ways[w]) for w in args.ways):
         with served("vllm", folder, {way: Server("plain")}, s, args.out, who="context") as urls:
             model = httpx.get(f"{urls[way]}/v1/models", timeout=30).json()["data"][0]["id"]
             results[way] = []
@@ -118,7 +121,9 @@ def main() -> None:
                     f"{r['distinct_4gram_ratio']}, repeat {r['longest_repeat_run']}",
                     flush=True,
                 )
-    (args.out / "context.json").write_text(json.dumps(results, indent=2) + "\n")
+    saved = args.out / "context.json"  # ways measured by an earlier call are kept
+    results = {**(json.loads(saved.read_text()) if saved.exists() else {}), **results}
+    saved.write_text(json.dumps(results, indent=2) + "\n")
     for way, rows in results.items():
         nll = [r["tail_nll"] for r in rows]
         mean = sum(nll) / len(nll)
