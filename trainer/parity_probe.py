@@ -18,6 +18,7 @@ from standin import Target
 from standin.engine import Engine, SamplingParams
 from trainer.dflash import helpers as H
 from trainer.dflash.kinds import load_drafter
+from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import dflash_loss
 from trainer.drafting import frozen_weight
 from trainer.evaluate import Prompt
@@ -43,16 +44,27 @@ def throwaway(
     """`out`, a run folder the gate reads: `drafter/` (the run's drafter overfit on `prompts`' greedy
     continuations for `steps` passes) and `export/` (it in the released layout)."""
     torch.manual_seed(0)
-    drafter = load_drafter(run / "drafter").float().train()
+    drafter = load_drafter(run / "drafter").float()
+    pairs = [(p.ids, greedy(target, p.ids, max_tokens)) for p in prompts]
+    overfit_on(drafter, target, pairs, steps, lr).save(out / "drafter")
+    export(out, out / "export")
+    return out
+
+
+def overfit_on(
+    drafter: DFlashDraftModel, target: Target, pairs: list[tuple[list[int], list[int]]], steps: int, lr: float
+) -> DFlashDraftModel:
+    """`drafter` trained on exactly these (prompt, completion) pairs, `steps` passes, until it predicts them:
+    high, checkable acceptance on any engine that computes what the trainer does."""
+    drafter.train()
     embed = frozen_weight(target.embed_tokens).detach().float()
     head = frozen_weight(target.lm_head).detach().float()
     b = drafter.block_size
     weights = H.loss_weights(b, H.default_gamma(b))
     seqs = []
-    for p in prompts:  # the target's features once per prompt: it is frozen
-        completion = greedy(target, p.ids, max_tokens)
-        ids = torch.tensor(p.ids + completion)
-        mask = torch.tensor([0] * len(p.ids) + [1] * len(completion))
+    for prompt, completion in pairs:  # the target's features once per pair: it is frozen
+        ids = torch.tensor(prompt + completion)
+        mask = torch.tensor([0] * len(prompt) + [1] * len(completion))
         with torch.no_grad():
             taps = target.tap(ids[None].to(target.device), drafter.target_layer_ids).float().cpu()
         seqs.append((ids, mask, taps))
@@ -74,6 +86,4 @@ def throwaway(
             opt.zero_grad()
             loss.backward()
             opt.step()
-    drafter.eval().save(out / "drafter")
-    export(out, out / "export")
-    return out
+    return drafter.eval()

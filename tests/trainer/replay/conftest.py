@@ -14,11 +14,10 @@ import torch
 from standin import Engine, SamplingParams, Target, load_target
 from standin.server import TargetServer
 from tests.standin.conftest import Live, live
-from trainer.dflash import helpers as H
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.engine import engine_factory
 from trainer.dflash.model import DFlashDraftModel
-from trainer.dflash.objective import dflash_loss
+from trainer.parity_probe import overfit_on
 
 GROUPS = [("claude-code", "en"), ("codex", "en"), ("claude-code", "ko"), ("codex", "ko")]
 NEW_TOKENS = 12
@@ -67,36 +66,13 @@ def write_split(rows: list[dict], folder: Path, split: str) -> Path:  # type: ig
 
 
 def overfit(target: Target, rows: list[dict], out: Path, steps: int = 30, lr: float = 3e-2) -> Path:  # type: ignore[type-arg]
-    """A drafter trained on exactly these completions until it predicts them: high, checkable acceptance."""
+    """A drafter trained on exactly these completions until it predicts them (the parity gate's own
+    throwaway training, trainer/parity_probe.py): high, checkable acceptance."""
     mask_id, _ = resolve_mask_token(target.tokenizer, target.embed_tokens.weight.shape[0])
     cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=BLOCK, mask_token_id=mask_id)
     torch.manual_seed(0)
-    drafter = DFlashDraftModel(cfg)
-    seqs = []
-    for r in rows:
-        ids = torch.tensor(r["prompt_token_ids"] + r["completion_token_ids"])
-        mask = torch.tensor([0] * len(r["prompt_token_ids"]) + [1] * len(r["completion_token_ids"]))
-        seqs.append((ids, mask, target.tap(ids[None], drafter.target_layer_ids)))
-    w = H.loss_weights(BLOCK, H.default_gamma(BLOCK))
-    opt = torch.optim.AdamW(drafter.parameters(), lr=lr)
-    for _ in range(steps):
-        for ids, mask, taps in seqs:
-            loss = dflash_loss(
-                drafter,
-                taps=taps,
-                input_ids=ids,
-                loss_mask=mask,
-                anchors=H.sample_anchors(mask, 64),
-                embed_weight=target.embed_tokens.weight.detach(),
-                lm_head_weight=target.lm_head.weight.detach(),
-                block_size=BLOCK,
-                mask_token_id=mask_id,
-                weights=w,
-            ).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return drafter.eval().save(out)
+    pairs = [(r["prompt_token_ids"], r["completion_token_ids"]) for r in rows]
+    return overfit_on(DFlashDraftModel(cfg), target, pairs, steps, lr).save(out)
 
 
 @pytest.fixture(scope="session")
