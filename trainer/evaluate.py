@@ -65,6 +65,7 @@ def prompts_from_sequences(seqs: list[Any], n: int, max_prompt_len: int) -> list
     when fewer than ``n`` contexts fit, the longer ones are evaluated on their last ``max_prompt_len``
     tokens (``truncated``; both the plain and the speculative decode see the same window, so tau and the
     lossless check stay exact for it), rather than reporting no held-out prompt at all."""
+    max_prompt_len = max_prompt_len if max_prompt_len > 0 else 1 << 30  # 0: whole prompts
     fitting, windows = [], []
     for s in seqs:
         fitting.append([_prompt(s, start) for start in s.span_starts if 0 < start <= max_prompt_len])

@@ -72,8 +72,10 @@ def launched(s: ParitySettings) -> dict[str, Any]:
         "note": VLLM_CPU_CANNOT.get(kind),
     }
     if report["inconclusive"] and s.prove_export and report["target"]["ok"]:
-        report["throwaway"] = prove(s, target, kind, server, tokens, bench, logs)
-        report["ok"] = report["throwaway"]["ok"]
+        probe = report["throwaway"] = prove(s, target, kind, server, tokens, bench, logs)
+        # a throwaway that accepts and agrees proves the path; one that disagrees is a fault of the export
+        # path whatever is allowed; one that still accepts too little proves nothing either way
+        report["ok"] = probe["ok"] or (probe["status"] == "inconclusive" and s.allow_inconclusive)
     (s.out or s.run).joinpath("parity.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 

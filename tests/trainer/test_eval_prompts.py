@@ -40,3 +40,8 @@ def test_the_parity_gate_adds_the_longest_whole_prompt_that_fits_the_served_cont
     got = gate_prompts(seqs, s)
     assert [(len(p.ids), p.truncated) for p in got] == [(600, False), (400, False), (13000, False)]
     assert len(gate_prompts(seqs, s.model_copy(update={"long_prompts": 0}))) == 2
+
+
+def test_a_budget_of_zero_means_whole_prompts_as_the_engine_serves_them() -> None:
+    got = prompts_from_sequences([_seq(20000, [13000, 19000])], n=2, max_prompt_len=0)
+    assert [(len(p.ids), p.truncated) for p in got] == [(13000, False), (19000, False)]
