@@ -120,8 +120,17 @@ def _line(report: dict[str, Any]) -> str:
         if d["status"] == "inconclusive":
             text += (
                 f" — both accept too little (MAL under {d['min_mal']}) to tell a right export from a "
-                "broken one; train longer, or pass --allow-inconclusive"
+                "broken one; train longer, or pass --prove-export or --allow-inconclusive"
             )
+    if probe := report.get("throwaway"):
+        verdict = {"passed": "proven", "failed": "NOT proven: the export path is broken"}.get(
+            probe["status"], "not proven either way"
+        )
+        text += (
+            f"\n(b') throwaway drafter overfit on the gate's prompts: our acceptance length "
+            f"{probe['our_acceptance_length']:.3f}, engine MAL {probe['engine_mal']}, gap {probe['relative_gap']}: "
+            f"{probe['status'].upper()} — the export path {verdict}"
+        )
     if served := report.get("served"):
         text += f"\nserved: {served['kind']} as method {served['method']}, {served['draft_tokens']} draft tokens, "
         text += f"by {served['engine']} in {served['dtype']}" + (
@@ -154,9 +163,10 @@ def parity_command(
         mark = {"ok": report["ok"], "override": settings.override and not report["ok"], **report}
         (export / "parity.json").write_text(json.dumps(mark, indent=2) + "\n")
     if report["ok"]:
-        typer.echo(
-            "parity: passed" + (" (drafter check inconclusive, allowed)" if report["inconclusive"] else "")
-        )
+        proven = (report.get("throwaway") or {}).get("ok")
+        how = " (this drafter's check inconclusive; the export path proven by a throwaway)" if proven else ""
+        how = how or (" (drafter check inconclusive, allowed)" if report["inconclusive"] else "")
+        typer.echo("parity: passed" + how)
         return
     why = "INCONCLUSIVE" if report["inconclusive"] and report["target"]["ok"] else "FAILED"
     verdict = "kept, marked as failing (override)" if settings.override else "refused"

@@ -1,0 +1,49 @@
+"""What the parity gate prints: an inconclusive drafter check is said as such, with the throwaway's verdict
+(the checks themselves run against real vLLM: tests/serving/test_parity_vllm.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.parity_cli import _line
+
+
+def _check(status: str, ours: float, engine: float) -> dict[str, Any]:
+    return {
+        "status": status,
+        "ok": status == "passed",
+        "our_acceptance_length": ours,
+        "engine_mal": engine,
+        "relative_gap": abs(ours - engine) / engine,
+        "threshold": 0.05,
+        "min_mal": 1.1,
+        "prompt_tokens": [1024, 13491],
+    }
+
+
+def test_an_inconclusive_check_and_its_throwaway_are_said_not_passed() -> None:
+    report = {
+        "target": {
+            "mean_abs_logprob_diff": 0.02,
+            "greedy_agreement": 1.0,
+            "tokens": 14515,
+            "ok": True,
+            "thresholds": {"mean_abs_logprob_diff": 0.05, "greedy_agreement": 0.98},
+        },
+        "drafter": _check("inconclusive", 1.0, 1.0),
+        "throwaway": _check("failed", 3.2, 1.4),
+        "served": {
+            "kind": "dflash",
+            "method": "dflash",
+            "draft_tokens": 7,
+            "engine": "vLLM",
+            "dtype": "bfloat16",
+            "note": None,
+        },
+    }
+    text = _line(report)
+    assert "on prompts of 1024, 13491 tokens: INCONCLUSIVE — both accept too little (MAL under 1.1)" in text
+    assert "(b') throwaway" in text
+    assert "FAILED — the export path NOT proven: the export path is broken" in text
+    assert "PASSED" not in text
+    assert "served: dflash as method dflash, 7 draft tokens, by vLLM in bfloat16" in text
