@@ -6,6 +6,7 @@ import json
 
 import httpx
 
+from trainer.precision import NearTieRule
 from trainer.replay.calls import ReplayCall
 from trainer.replay.client import Outcome
 from trainer.replay.divergence import classify, first_difference
@@ -48,3 +49,32 @@ async def test_a_divergence_is_a_near_tie_or_a_mismatch_by_the_baselines_top2_ga
     assert wide is not None
     assert wide.kind == "mismatch"
     assert await classify(client, "http://plain", "m", call, base, base) is None
+
+
+def raw_logits(top: float, gap: float) -> httpx.AsyncClient:
+    """A baseline started with --logprobs-mode raw_logits: its top values are logits, not log-probabilities."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        values = {"a": top, "b": top - gap}
+        return httpx.Response(200, json={"choices": [{"logprobs": {"top_logprobs": [values]}}]})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+async def test_in_bfloat16_a_gap_of_two_steps_at_the_top_logits_magnitude_is_a_near_tie() -> None:
+    """What vLLM CPU in bf16 produced: 0.25 nats at a top logit of 40 is one bf16 step (0.25 at 32-64)."""
+    call = ReplayCall("c", "codex", "en", 8, 8, [7, 8, 9])
+    base = Outcome("c", "plain", 1, "codex/en", token_ids=[1, 2, 3])
+    mine = Outcome("c", "dflash", 1, "codex/en", token_ids=[1, 2, 4])
+    bf16 = NearTieRule("bfloat16")
+    async with raw_logits(40.0, 0.25) as client:
+        tie = await classify(client, "http://plain", "m", call, base, mine, bf16, logits=True)
+        unknown = await classify(client, "http://plain", "m", call, base, mine, bf16, logits=False)
+    assert tie is not None
+    assert unknown is not None
+    assert (tie.kind, tie.top_logit, tie.threshold) == ("near_tie", 40.0, 0.5)
+    assert (unknown.kind, unknown.threshold) == ("mismatch", 0.1)  # logprobs only: the floor alone
+    async with raw_logits(40.0, 1.5) as client:
+        wide = await classify(client, "http://plain", "m", call, base, mine, bf16, logits=True)
+    assert wide is not None
+    assert wide.kind == "mismatch"  # six steps: not rounding
