@@ -158,8 +158,9 @@ def evaluate(
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
     n_prompts = n_prompts or int(cfg.get("eval_prompts", 8))
     max_new = max_new_tokens or int(cfg.get("eval_max_new_tokens", 64))
-    # 0 or null: the whole prompt, as the engine serves it (tau and the engine's MAL then measure the same)
-    max_prompt_len = max_prompt_len or int(cfg.get("eval_max_prompt_len", 2048) or 0) or 1 << 30
+    # 0: the whole prompt, as the engine serves it (tau and the engine's MAL then measure the same)
+    if max_prompt_len is None:
+        max_prompt_len = int(cfg.get("eval_max_prompt_len", 2048) or 0)
     if target is None:
         dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
         kind = getattr(torch, dtype or ("bfloat16" if dev.startswith("cuda") else "float32"))
@@ -292,7 +293,7 @@ def eval_command(
         drafter_dir=settings.drafter,
         n_prompts=settings.prompts,
         max_new_tokens=settings.max_new_tokens,
-        max_prompt_len=(settings.max_prompt_len or 1 << 30) if settings.max_prompt_len is not None else None,
+        max_prompt_len=settings.max_prompt_len,
         block_size=settings.block_size,
         out_dir=settings.out,
         device=settings.device,

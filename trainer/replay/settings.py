@@ -125,21 +125,13 @@ class ReplaySettings(BaseModel):
             raise ValueError("concurrency levels must be integers of at least 1")
         return value
 
-    @field_validator("baseline", "speculative")
+    @field_validator("baseline", "speculative", "model_free")
     @classmethod
     def _labels_known(cls, value: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
         labels = [parse_endpoint(v).label for v in info.data.get("endpoint") or []]
         given = [value] if isinstance(value, str) else list(value or [])
         unknown = [x for x in given if x not in labels and given != ["none"]]
         if labels and unknown:
-            raise ValueError(f"unknown endpoint label(s) {unknown}; the endpoints are {labels}")
-        return value
-
-    @field_validator("model_free")
-    @classmethod
-    def _model_free_known(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        labels = [parse_endpoint(v).label for v in info.data.get("endpoint") or []]
-        if labels and (unknown := [x for x in value if x not in labels]):
             raise ValueError(f"unknown endpoint label(s) {unknown}; the endpoints are {labels}")
         return value
 
