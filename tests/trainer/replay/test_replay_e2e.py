@@ -19,6 +19,12 @@ from trainer.replay import ReplaySettings, parse, run_replay
 pytestmark = pytest.mark.slow  # tiny-qwen3, an overfit drafter and two servers: ~20-40 s on 2 cores
 
 
+def cli_args(data: Path, plain: Live, spec: Live, out: Path, *extra: str) -> list[str]:
+    """`trainer replay` against the two stand-in servers at concurrency 1."""
+    endpoints = ["--endpoint", f"base={plain.url}", "--endpoint", f"dflash={spec.url}"]
+    return ["replay", "--data", str(data), *endpoints, "--concurrency", "1", "--out", str(out), *extra]
+
+
 def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
     rows: list[dict],
     plain: Live,
@@ -102,22 +108,7 @@ def test_a_fixed_decode_budget_and_a_ranking_asked_below_the_floor_exits_3(
 ) -> None:
     data = write_split(rows, tmp_path / "dataset", "test")
     out = tmp_path / "out"
-    args = [
-        "replay",
-        "--data",
-        str(data),
-        "--endpoint",
-        f"base={plain.url}",
-        "--endpoint",
-        f"dflash={spec.url}",
-        "--concurrency",
-        "1",
-        "--decode-tokens",
-        "20",
-        "--rank",
-        "--out",
-        str(out),
-    ]
+    args = cli_args(data, plain, spec, out, "--decode-tokens", "20", "--rank")
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 3, result.output
     assert "NOT RANKED — too small to rank: dflash" in result.output
@@ -141,22 +132,7 @@ def test_the_cli_prints_the_table_and_a_too_long_prompt_fails_alone(
     long["call_id"] = "too-long"
     data = write_split([*rows[:2], long], tmp_path / "dataset", "test")
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "replay",
-            "--data",
-            str(data),
-            "--endpoint",
-            f"base={plain.url}",
-            "--endpoint",
-            f"dflash={spec.url}",
-            "--concurrency",
-            "1",
-            "--out",
-            str(out),
-        ],
-    )
+    result = CliRunner().invoke(app, cli_args(data, plain, spec, out))
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
     assert "| 1 | dflash |" in result.output
