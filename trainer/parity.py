@@ -239,16 +239,29 @@ def gate_prompts(seqs: list[Any], s: ParitySettings) -> list[Prompt]:
     return cut + [p for p in longest if tuple(p.ids) not in seen][: s.long_prompts]
 
 
-def parity(s: ParitySettings) -> dict[str, Any]:
+def run_prompts(s: ParitySettings) -> list[Prompt]:
+    """The gate's prompts from the run's held-out split."""
+    held = s.run / "data" / "eval.parquet"
+    prompts = gate_prompts(read(held) if held.exists() else [], s)
+    if not prompts:
+        raise ParityError(f"no held-out prompts in {held}")
+    return prompts
+
+
+def run_target(run: Path) -> Target:
+    cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
+    return load_target(str(cfg.get("target", "smollm2")))
+
+
+def parity(
+    s: ParitySettings, target: Target | None = None, prompts: list[Prompt] | None = None
+) -> dict[str, Any]:
+    """Both checks; `target` and `prompts` when the caller has them already (the run's otherwise)."""
     if not s.endpoint:
         raise ParityError("no --endpoint serving the run's target")
     run = s.run.resolve()
-    cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
-    held = run / "data" / "eval.parquet"
-    prompts = gate_prompts(read(held) if held.exists() else [], s)
-    if not prompts:
-        raise ParityError(f"no held-out prompts in {run / 'data' / 'eval.parquet'}")
-    target = load_target(str(cfg.get("target", "smollm2")))
+    prompts = prompts or run_prompts(s)
+    target = target or run_target(run)
     report: dict[str, Any] = {
         "run": str(run),
         "endpoint": s.endpoint,

@@ -21,58 +21,59 @@ import typer
 import yaml
 
 from clikit import settings_command
-from serving.drafter_load import DrafterLoadError, check_loads
 from serving.launch import VllmServer
-from serving.serve import model_path
 from serving.venv import availability
-from standin import load_target
-from trainer.data.build import read
+from standin import Target
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
-from trainer.parity import ParityError, ParitySettings, drafter_parity, gate_prompts, parity
+from trainer.evaluate import Prompt
+from trainer.parity import ParityError, ParitySettings, drafter_parity, parity, run_prompts, run_target
 from trainer.parity_probe import throwaway
+from trainer.replay.bench import loads_whole
 from trainer.replay.calls import ReplayError
-from trainer.replay.servers import VLLM_CPU_CANNOT, BenchSettings, Server, served
+from trainer.replay.servers import VLLM_CPU_CANNOT, BenchSettings, Server, drafter_server, served
 
 
 def launched(s: ParitySettings) -> dict[str, Any]:
     """Both checks against servers started here (eager vLLM: they start in about a minute)."""
     cfg = yaml.safe_load((s.run / "config.yaml").read_text()) if (s.run / "config.yaml").exists() else {}
     target = str(cfg.get("target", "smollm2"))
+    model, prompts = run_target(s.run), run_prompts(s)  # loaded once, for the gate and its throwaway
     export = s.run / "export"
     kind = kind_of(export)
     tokens = s.draft_tokens or drafted_tokens(export)
-    ours = kind in VLLM_CPU_CANNOT  # this vLLM cannot serve the kind: our engine serves it, marked
-    if not ours:
-        try:
-            check_loads(model_path(target), export, KINDS[kind].method, tokens)
-        except DrafterLoadError as e:
-            raise ParityError(str(e)) from None
-    server = Server(KINDS[kind].method, export, "standin" if ours else None)  # type: ignore[arg-type]
+    server = drafter_server(export, "vllm")  # a kind vLLM CPU cannot serve: our engine serves it, marked
+    ours = server.engine is not None
+    loads_whole(target, {"export": server}, "vllm")  # a tensor vLLM leaves unloaded fails the gate
     servers = {"plain": Server("plain"), "export": server}
+    dtype = VllmServer.model_validate({"dtype": s.dtype or "auto"}).resolved_dtype()
     bench = BenchSettings(
-        run=s.run, compile=False, max_model_len=s.max_model_len, kv_cache_gib=1, draft_tokens=tokens
+        run=s.run,
+        compile=False,
+        max_model_len=s.max_model_len,
+        kv_cache_gib=1,
+        draft_tokens=tokens,
+        dtype=dtype,
     )
     logs = s.out or s.run / "parity"
     logs.mkdir(parents=True, exist_ok=True)
-    dtype = VllmServer.model_validate({}).resolved_dtype()
     with served("vllm", target, servers, bench, logs, who="parity") as urls:
         update = {
             "endpoint": urls["plain"],
             "draft_endpoint": urls["export"],
             "draft_tokens": tokens,
-            "dtype": s.dtype or dtype,
+            "dtype": dtype,
         }
-        report = parity(s.model_copy(update=update))
+        report = parity(s.model_copy(update=update), model, prompts)
     report["served"] = {
         "kind": kind,
         "method": KINDS[kind].method,
         "draft_tokens": tokens,
         "engine": "ours" if ours else "vLLM",
-        "dtype": s.dtype or dtype,
+        "dtype": dtype,
         "note": VLLM_CPU_CANNOT.get(kind),
     }
     if report["inconclusive"] and s.prove_export and report["target"]["ok"]:
-        probe = report["throwaway"] = prove(s, target, kind, server, tokens, bench, logs)
+        probe = report["throwaway"] = prove(s, target, model, prompts, server, bench, logs)
         # a throwaway that accepts and agrees proves the path; one that disagrees is a fault of the export
         # path whatever is allowed; one that still accepts too little proves nothing either way
         report["ok"] = probe["ok"] or (probe["status"] == "inconclusive" and s.allow_inconclusive)
@@ -81,25 +82,23 @@ def launched(s: ParitySettings) -> dict[str, Any]:
 
 
 def prove(
-    s: ParitySettings, target: str, kind: str, server: Server, tokens: int, bench: BenchSettings, logs: Path
+    s: ParitySettings,
+    target: str,
+    model: Target,
+    prompts: list[Prompt],
+    server: Server,
+    bench: BenchSettings,
+    logs: Path,
 ) -> dict[str, Any]:
     """The throwaway's drafter check: overfit, exported, loaded by vLLM, served as the run's kind."""
     typer.echo(
-        f"parity: the drafter check is inconclusive; proving the export path with a throwaway {kind}",
-        err=True,
+        "parity: the drafter check is inconclusive; proving the export path with a throwaway", err=True
     )
-    model = load_target(target)
-    held = s.run / "data" / "eval.parquet"
-    prompts = gate_prompts(read(held) if held.exists() else [], s)
     probe = throwaway(s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps)
-    if server.engine is None:
-        try:
-            check_loads(model_path(target), probe / "export", server.method, tokens)
-        except DrafterLoadError as e:
-            raise ParityError(f"the throwaway's export: {e}") from None
     served_probe = {"throwaway": server._replace(draft=probe / "export")}
+    loads_whole(target, served_probe, "vllm")
     with served("vllm", target, served_probe, bench, logs, who="parity") as urls:
-        checked = s.model_copy(update={"draft_tokens": tokens})
+        checked = s.model_copy(update={"draft_tokens": bench.draft_tokens})
         return drafter_parity(probe, model, urls["throwaway"], prompts, checked)
 
 

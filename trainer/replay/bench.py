@@ -22,10 +22,10 @@ from serving.drafter_load import DrafterLoadError, check_loads
 from serving.launch import VllmServer
 from serving.serve import model_path
 from serving.venv import availability
-from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
+from trainer.dflash.kinds import drafted_tokens, kind_of
 from trainer.replay.calls import ReplayError
 from trainer.replay.cli import exit_unranked, progress_reporter, run_replay
-from trainer.replay.servers import RAW_LOGITS, VLLM_CPU_CANNOT, BenchSettings, Server, served
+from trainer.replay.servers import RAW_LOGITS, VLLM_CPU_CANNOT, BenchSettings, Server, drafter_server, served
 from trainer.replay.settings import ReplaySettings
 from trainer.replay.summary import markdown
 
@@ -61,9 +61,7 @@ def servers(s: BenchSettings, engine: str) -> dict[str, Server]:
         label, _, path = text.partition("=")
         if not path or not Path(path).is_dir():
             raise ReplayError(f"--draft {text!r}: expected LABEL=DIR of an exported drafter")
-        kind = kind_of(path)
-        stand_in = "standin" if engine == "vllm" and kind in VLLM_CPU_CANNOT and not s.gpu else None
-        out[label] = Server(KINDS[kind].method, Path(path), stand_in)  # type: ignore[arg-type]
+        out[label] = drafter_server(Path(path), engine, s.gpu)
     return out
 
 

