@@ -105,10 +105,12 @@ async def classify(
 
 
 def attribute(found: list[Divergence], model_free: list[str]) -> list[Divergence]:
-    """Mismatches a model-free method shows, and a drafter's on a call where one of those parts from the
-    baseline at the same level, are the engine's (`engine`): they do not refuse the comparison."""
-    witnessed = {(d.call_id, d.concurrency) for d in found if d.endpoint in model_free}
+    """Mismatches a model-free method shows, and a drafter's where one of those parts from the baseline at
+    the same token of the same call and level, are the engine's (`engine`): they do not refuse the
+    comparison. A drafter's divergence anywhere else is its own."""
+    witnessed = {(d.call_id, d.concurrency, d.position) for d in found if d.endpoint in model_free}
     for d in found:
-        if d.kind == "mismatch" and (d.endpoint in model_free or (d.call_id, d.concurrency) in witnessed):
+        seen = (d.call_id, d.concurrency, d.position) in witnessed
+        if d.kind == "mismatch" and (d.endpoint in model_free or seen):
             d.kind = "engine"
     return found

@@ -102,8 +102,12 @@ def test_degeneracy_figures() -> None:
 
 
 def test_a_divergence_a_model_free_method_shares_is_the_engines() -> None:
-    def d(endpoint: str, call: str, level: int = 1) -> Divergence:
-        return Divergence(call, endpoint, level, 3, 1, 2, 0.5, "mismatch")
+    def d(endpoint: str, call: str, level: int = 1, at: int = 3) -> Divergence:
+        return Divergence(call, endpoint, level, at, 1, 2, 0.5, "mismatch")
 
-    found = attribute([d("ngram", "a"), d("dflash", "a"), d("dflash", "b"), d("dflash", "a", 8)], ["ngram"])
-    assert [x.kind for x in found] == ["engine", "engine", "mismatch", "mismatch"]
+    found = attribute(
+        [d("ngram", "a"), d("dflash", "a"), d("dflash", "b"), d("dflash", "a", 8), d("dflash", "a", at=9)],
+        ["ngram"],
+    )
+    # the drafter's divergence is the engine's only where ngram parts at the same token of the same call
+    assert [x.kind for x in found] == ["engine", "engine", "mismatch", "mismatch", "mismatch"]
