@@ -11,7 +11,10 @@ the run's held-out prompts:
     (`vllm:spec_decode_*` counters) for `RUN/export` on the same prompts, the same number of draft tokens
     and the same completion length. A gap above `mal_gap` means the two disagree about taps, RoPE, masks or
     weights. A drafter that accepts almost nothing on both sides (MAL under `min_mal`) proves nothing —
-    a broken export accepts nothing too — so that check is *inconclusive*, not passed.
+    a broken export accepts nothing too — so that check is *inconclusive*, not passed;
+(c) the export as a server reads it against the drafter as trained, and (d) whether the drafter depends on
+    its taps at all — if moving them a layer does not move its acceptance past `mal_gap`, (b) could not
+    see a tap fault and is inconclusive too (trainer/parity_features.py).
 
 The prompts are the held-out ones cut to `max_prompt_len`, plus `long_prompts` at their whole length (the
 context the bench serves). It prints every figure beside its threshold, writes RUN/parity.json; the command
@@ -34,6 +37,7 @@ from standin import Target, load_target
 from trainer.data.build import read
 from trainer.errors import TrainerError
 from trainer.evaluate import Prompt, evaluate, prompts_from_sequences
+from trainer.parity_features import feature_checks
 from trainer.precision import NearTieRule
 from trainer.replay.counters import SpecCounters, parse
 
@@ -190,10 +194,12 @@ def engine_mal(url: str, prompts: list[Prompt], max_tokens: int) -> dict[str, An
 
 
 def drafter_parity(
-    run: Path, target: Target, url: str, prompts: list[Prompt], s: ParitySettings
+    run: Path, target: Target, url: str, prompts: list[Prompt], s: ParitySettings, sensitive: bool = True
 ) -> dict[str, Any]:
     """Ours from the drafter as trained (RUN/drafter), the engine's from the export it serves: a fault the
-    export introduced (a tap, the RoPE, a weight) shows as a gap."""
+    export introduced (a tap, the RoPE, a weight) shows as a gap. Inconclusive when both accept too little,
+    or when the drafter is not `sensitive` to its features (trainer/parity_features.py): a fault would not
+    show."""
     block = s.draft_tokens + 1 if s.draft_tokens else None  # None: the drafter's own, as the export's
     ours = evaluate(
         run,
@@ -207,10 +213,11 @@ def drafter_parity(
     served = engine_mal(url, prompts, s.max_tokens)
     mal, own = served["mal"], ours["acceptance_length"]
     gap = abs(own - mal) / mal if mal else None
-    inconclusive = (mal or 1.0) < s.min_mal and own < s.min_mal
-    status = (
-        "inconclusive" if inconclusive else ("passed" if gap is not None and gap <= s.mal_gap else "failed")
-    )
+    weak = (mal or 1.0) < s.min_mal and own < s.min_mal
+    agree = gap is not None and gap <= s.mal_gap
+    # a gap is evidence whatever the sensitivity; agreement proves nothing from a drafter blind to its taps
+    status = "inconclusive" if weak or (agree and not sensitive) else ("passed" if agree else "failed")
+    inconclusive = status == "inconclusive"
     return {
         "ok": status == "passed",
         "status": status,
@@ -221,6 +228,9 @@ def drafter_parity(
         "relative_gap": gap,
         "threshold": s.mal_gap,
         "min_mal": s.min_mal,
+        "why_inconclusive": ("accepts too little" if weak else "insensitive to its taps")
+        if inconclusive
+        else None,
         "block_size": ours["block_size"],
         "lossless": ours["lossless"],
         "prompt_tokens": [len(p.ids) for p in prompts],
@@ -268,12 +278,15 @@ def parity(
         "prompts": len(prompts),
         "target": target_parity(target, s.endpoint, prompts, s),
     }
+    features = report["features"] = feature_checks(run, target, prompts, s.max_tokens, s.mal_gap)
     if s.draft_endpoint:
-        report["drafter"] = drafter_parity(run, target, s.draft_endpoint, prompts, s)
+        sensitive = features.get("sensitivity", {}).get("sensitive", True)
+        report["drafter"] = drafter_parity(run, target, s.draft_endpoint, prompts, s, sensitive)
     drafter = report.get("drafter") or {}
     report["inconclusive"] = drafter.get("status") == "inconclusive"
     allowed = s.allow_inconclusive and report["inconclusive"]
-    report["ok"] = report["target"]["ok"] and (not drafter or drafter["ok"] or allowed)
+    checked = report["target"]["ok"] and features["ok"]  # a failed (a) or (c) is not saved by anything
+    report["ok"] = checked and (not drafter or drafter["ok"] or allowed)
     out = s.out or run
     out.mkdir(parents=True, exist_ok=True)
     (out / "parity.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -27,6 +27,7 @@ from standin import Target
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.evaluate import Prompt
 from trainer.parity import ParityError, ParitySettings, drafter_parity, parity, run_prompts, run_target
+from trainer.parity_features import feature_checks
 from trainer.parity_probe import throwaway
 from trainer.replay.bench import loads_whole
 from trainer.replay.calls import ReplayError
@@ -72,7 +73,8 @@ def launched(s: ParitySettings) -> dict[str, Any]:
         "dtype": dtype,
         "note": VLLM_CPU_CANNOT.get(kind),
     }
-    if report["inconclusive"] and s.prove_export and report["target"]["ok"]:
+    checked = report["target"]["ok"] and report["features"]["ok"]
+    if report["inconclusive"] and s.prove_export and checked:
         probe = report["throwaway"] = prove(s, target, model, prompts, server, bench, logs)
         # a throwaway that accepts and agrees proves the path; one that disagrees is a fault of the export
         # path whatever is allowed; one that still accepts too little proves nothing either way
@@ -97,9 +99,14 @@ def prove(
     probe = throwaway(s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps)
     served_probe = {"throwaway": server._replace(draft=probe / "export")}
     loads_whole(target, served_probe, "vllm")
+    features = feature_checks(probe, model, prompts, s.max_tokens, s.mal_gap)
+    sensitive = features["sensitivity"]["sensitive"]  # overfit on these prompts' features: it should be
     with served("vllm", target, served_probe, bench, logs, who="parity") as urls:
         checked = s.model_copy(update={"draft_tokens": bench.draft_tokens})
-        return drafter_parity(probe, model, urls["throwaway"], prompts, checked)
+        check = drafter_parity(probe, model, urls["throwaway"], prompts, checked, sensitive)
+    if not features["ok"]:  # the path wrote an export that is not the drafter it trained
+        check.update(ok=False, status="failed")
+    return {**check, "features": features}
 
 
 def _line(report: dict[str, Any]) -> str:
@@ -109,6 +116,7 @@ def _line(report: dict[str, Any]) -> str:
         f"greedy agreement {t['greedy_agreement']:.3f} (≥ {t['thresholds']['greedy_agreement']}) over "
         f"{t['tokens']} tokens: {'ok' if t['ok'] else 'FAILED'}"
     )
+    text += _features_line(report.get("features") or {})
     if d := report.get("drafter"):
         lengths = ", ".join(str(n) for n in d["prompt_tokens"])
         text += (
@@ -117,9 +125,14 @@ def _line(report: dict[str, Any]) -> str:
             f"tokens: {d['status'].upper()}"
         )
         if d["status"] == "inconclusive":
+            why = (
+                "the drafter is blind to its taps (d)"
+                if d.get("why_inconclusive") == "insensitive to its taps"
+                else f"both accept too little (MAL under {d['min_mal']})"
+            )
             text += (
-                f" — both accept too little (MAL under {d['min_mal']}) to tell a right export from a "
-                "broken one; train longer, or pass --prove-export or --allow-inconclusive"
+                f" — {why} to tell a right export from a broken one; train longer, or pass --prove-export "
+                "or --allow-inconclusive"
             )
     if probe := report.get("throwaway"):
         verdict = {"passed": "proven", "failed": "NOT proven: the export path is broken"}.get(
@@ -136,6 +149,27 @@ def _line(report: dict[str, Any]) -> str:
             f" ({served['note']})" if served["note"] else ""
         )
     return text
+
+
+def _features_line(f: dict[str, Any]) -> str:
+    if not f or "skipped" in f:
+        return f"\n(c) export fidelity: skipped ({f.get('skipped', 'not run')})" if f else ""
+    fi, se = f["fidelity"], f["sensitivity"]
+    declared = "; ".join(f"{k} {a} trained, {b} exported" for k, (a, b) in fi["declared_differently"].items())
+    tf = se["teacher_forced_acceptance"]
+    moved = ", ".join(
+        f"{se['moved_taps'][k]} {tf[k]} ({se['relative_change'][k]:+.1%})" for k in ("early", "late")
+    )
+    verdict = "sensitive" if se["sensitive"] else "INSENSITIVE: (b) cannot see a tap fault"
+    if se["better_elsewhere"]:
+        verdict = f"FAILED: it accepts more on the {' and '.join(se['better_elsewhere'])} taps than its own"
+    return (
+        f"\n(c) the export as served vs the drafter as trained: relative distance {fi['relative_distance']} "
+        f"(≤ {fi['threshold']}) over {fi['blocks']} blocks" + (f", {declared}" if declared else "")
+        + f": {'ok' if fi['ok'] else 'FAILED'}"
+        f"\n(d) teacher-forced acceptance length on the export's taps {se['taps']} {tf['export']}, one layer "
+        f"early/late {moved} ((b) sees over {se['threshold']:.0%}): {verdict}"
+    )  # fmt: skip
 
 
 @settings_command(ParitySettings, exclude={"run"})

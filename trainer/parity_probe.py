@@ -10,6 +10,7 @@ not as noise around 1. The throwaway is written under the gate's log folder, nev
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import torch
@@ -27,9 +28,19 @@ from trainer.export import export
 ANCHORS = 64  # per sequence: every position of a short continuation is an anchor
 
 
+_GREEDY: dict[int, dict[tuple[tuple[int, ...], int], list[int]]] = {}  # id(target) → its decodes
+
+
 def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
-    params = SamplingParams(max_tokens=n, temperature=0.0)
-    return [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
+    """The target's greedy continuation of `prompt` (n tokens), decoded once per target and prompt: the
+    gate's checks and its throwaway decode the same prompts."""
+    if id(target) not in _GREEDY:
+        weakref.finalize(target, _GREEDY.pop, id(target), None)
+    seen = _GREEDY.setdefault(id(target), {})
+    if (key := (tuple(prompt), n)) not in seen:
+        params = SamplingParams(max_tokens=n, temperature=0.0)
+        seen[key] = [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
+    return list(seen[key])
 
 
 def throwaway(

@@ -140,6 +140,8 @@ def _train(data: Path, env: dict[str, str], runs: Path) -> None:
     assert gate["ok"] is True, gate
     assert gate["target"]["ok"] is True, gate  # the target's log-probabilities are vLLM's
     assert gate["drafter"]["engine"]["drafts"] > 0  # vLLM drafted with the export
+    assert gate["features"]["fidelity"]["ok"], gate["features"]  # the export is the drafter trained
+    assert gate["features"]["fidelity"]["blocks"] > 0
     if gate["inconclusive"]:  # said, and the throwaway tried to prove the export path
         assert gate["drafter"]["status"] == "inconclusive"
         assert gate["throwaway"]["status"] != "failed", gate["throwaway"]

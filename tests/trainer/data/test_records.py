@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from standin import Target, load_target
+from standin import Target
 from trainer.data.records import Excluded, empty_think_prefix, load_examples, to_example
 
 TOOLS = [
@@ -39,11 +39,6 @@ ASSISTANT = {
         }
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Target:
-    return load_target("tiny-qwen3")
 
 
 def _rendered(

@@ -9,17 +9,12 @@ import httpx
 import pytest
 import torch
 
-from standin import Target, load_target
+from standin import Target
 from standin.server import TargetServer
 from tests.standin.conftest import live
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.engine import check_compatible, engine_factory
 from trainer.dflash.model import DFlashDraftModel
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Target:
-    return load_target("tiny-qwen3")
 
 
 @pytest.fixture(scope="module")

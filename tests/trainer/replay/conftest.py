@@ -1,4 +1,5 @@
-"""Call records, an overfit drafter and two live stand-in servers (plain and speculative) on tiny-qwen3."""
+"""Call records and an overfit drafter on tiny-qwen3 (made by tests/trainer/conftest.py's fixtures), and two
+live stand-in servers: plain and speculative."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from standin import Engine, SamplingParams, Target, load_target
+from standin import Engine, SamplingParams, Target
 from standin.server import TargetServer
 from tests.standin.conftest import Live, live
 from trainer.dflash.config import make_draft_config, resolve_mask_token
@@ -73,21 +74,6 @@ def overfit(target: Target, rows: list[dict], out: Path, steps: int = 30, lr: fl
     torch.manual_seed(0)
     pairs = [(r["prompt_token_ids"], r["completion_token_ids"]) for r in rows]
     return overfit_on(DFlashDraftModel(cfg), target, pairs, steps, lr).save(out)
-
-
-@pytest.fixture(scope="session")
-def tiny() -> Target:
-    return load_target("tiny-qwen3")
-
-
-@pytest.fixture(scope="session")
-def rows(tiny: Target) -> list[dict]:  # type: ignore[type-arg]
-    return call_rows(tiny, [20, 24, 28, 32])
-
-
-@pytest.fixture(scope="session")
-def drafter_dir(tiny: Target, rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
-    return overfit(tiny, rows, tmp_path_factory.mktemp("drafter"))
 
 
 @pytest.fixture(scope="module")

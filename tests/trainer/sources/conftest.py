@@ -5,16 +5,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
-from standin import Target, load_target
+from standin import Target
 from standin.extract import ExtractionSettings, create_app
 from tests.standin.conftest import live
-
-
-@pytest.fixture(scope="session")
-def tiny() -> Target:
-    return load_target("tiny-qwen3")
 
 
 @contextlib.contextmanager

@@ -1,0 +1,144 @@
+"""Two checks of the parity gate that need no serving engine: is the export the drafter that was trained, and
+would the engine comparison see a feature fault at all?
+
+(c) Fidelity. The export is read the way a server reads it (its own config: taps, block, mask token, RoPE)
+    and run beside the drafter as trained (RUN/drafter, its own config), each on the target features its
+    config names, over every block of the target's greedy continuations of the gate's prompts. The export
+    holds bf16 weights, so its slot states differ from the trained ones by rounding (about 1 % measured);
+    a tap planted one layer away, another RoPE setting or a damaged tensor differs by tens of percent.
+    This is what catches a changed export on a drafter too weak for (b) to notice.
+(d) Sensitivity. The comparison of acceptance lengths (b) sees a fault only if the fault moves acceptance by
+    more than its own threshold. So the drafter as trained is run once more on every tap one layer late:
+    if that moves its teacher-forced acceptance length by less than (b)'s `mal_gap`, a wrong tap would
+    pass (b) unseen, and (b) is reported as *insensitive* — inconclusive, like a drafter that accepts
+    nothing (`--prove-export` then proves the path with a throwaway that does depend on its features).
+
+Teacher-forced acceptance: each block drafted from the true prefix, accepted up to its first wrong slot —
+DFlash's own verification, on the target's greedy text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from standin import Target
+from trainer.dflash import helpers as H
+from trainer.dflash.kinds import load_drafter
+from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
+from trainer.dflash.objective import block_hidden
+from trainer.drafting import frozen_weight
+from trainer.evaluate import Prompt
+from trainer.parity_probe import greedy
+
+FIDELITY_TOL = 0.05  # relative distance of the export's slot states from the trained ones (bf16: ≈ 0.01)
+
+
+def late(layer_ids: list[int], num_layers: int) -> list[int]:
+    """Every tap one layer late (the last layer's one early: there is no later one)."""
+    return [k + 1 if k + 1 < num_layers else k - 1 for k in layer_ids]
+
+
+def early(layer_ids: list[int], num_layers: int) -> list[int]:
+    """Every tap one layer early (layer 0's one late)."""
+    return [k - 1 if k > 0 else min(1, num_layers - 1) for k in layer_ids]
+
+
+def _slots(
+    drafter: DFlashDraftModel, feats: dict[int, torch.Tensor], ids: torch.Tensor, mask: torch.Tensor,
+    embed: torch.Tensor, head: torch.Tensor, taps: list[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(slot states [A, S, H], accepted slots per block [A]) of `drafter` on one sequence, every block anchored
+    at a generated token, fed the features of `taps` (default its own)."""
+    layers = taps or list(drafter.target_layer_ids)
+    x = torch.cat([feats[k] for k in layers], dim=-1)[None]
+    anchors = H.anchor_candidates(mask).nonzero().flatten()
+    shift = int(drafter.query_shift)
+    hidden, labels, valid = block_hidden(
+        drafter, x, ids, mask, anchors, embed, drafter.block_size, drafter.mask_token_id, False, None, shift
+    )
+    a, s = labels.shape
+    t = ids.shape[0]
+    before = (anchors[:, None] + torch.arange(s)[None, :] + shift - 1).clamp(0, t - 1)
+    _, pred = drafter.slot_terms(
+        hidden.reshape(a * s, -1), ids[before].flatten(), labels.flatten(), head, 0.0
+    )
+    hit = (pred.reshape(a, s) == labels) & valid
+    hit = hit[:, 1:] if not shift else hit  # DFlash's slot 0 is the anchor itself, never drafted
+    accepted = hit.long().cumprod(1).sum(1)
+    return hidden.reshape(a, s, -1), accepted
+
+
+@torch.no_grad()
+def feature_checks(
+    run: Path, target: Target, prompts: list[Prompt], max_tokens: int, mal_gap: float
+) -> dict[str, Any]:
+    """(c) and (d) over `prompts`' greedy continuations (RUN/drafter against RUN/export)."""
+    if not (run / "drafter" / CONFIG_NAME).exists() or not (run / "export" / CONFIG_NAME).exists():
+        return {"ok": True, "skipped": f"needs {run / 'drafter'} and {run / 'export'}"}
+    trained = load_drafter(run / "drafter").float().eval()
+    served = load_drafter(run / "export").float().eval()
+    taps = list(served.target_layer_ids)
+    moved = {"early": early(taps, target.num_layers), "late": late(taps, target.num_layers)}
+    layers = sorted({*trained.target_layer_ids, *taps, *moved["early"], *moved["late"]})
+    embed = frozen_weight(target.embed_tokens).detach().float()
+    head = frozen_weight(target.lm_head).detach().float()
+    dist = norm = 0.0
+    acc: dict[str, list[torch.Tensor]] = {"trained": [], "export": [], "early": [], "late": []}
+    for p in prompts:
+        completion = greedy(target, p.ids, max_tokens)
+        ids = torch.tensor(p.ids + completion)
+        mask = torch.tensor([0] * len(p.ids) + [1] * len(completion))
+        tapped = target.tap(ids[None].to(target.device), layers).float().cpu()[0]
+        feats = dict(zip(layers, tapped.split(target.hidden_size, dim=-1), strict=True))
+        h_trained, a = _slots(trained, feats, ids, mask, embed, head)
+        acc["trained"].append(a)
+        h_served, a = _slots(served, feats, ids, mask, embed, head)
+        acc["export"].append(a)
+        for name, shifted in moved.items():
+            acc[name].append(_slots(served, feats, ids, mask, embed, head, shifted)[1])
+        same = h_served.shape == h_trained.shape  # else another block size: as far apart as can be
+        dist += float((h_served - h_trained).norm() if same else h_trained.norm()) ** 2
+        norm += float(h_trained.norm()) ** 2
+    tau = {k: 1 + float(torch.cat(v).float().mean()) for k, v in acc.items()}
+    distance = (dist / norm) ** 0.5 if norm else 0.0
+    declared = {
+        key: [_as_list(getattr(trained, attr)), _as_list(getattr(served, attr))]
+        for key, attr in (
+            ("taps", "target_layer_ids"),
+            ("block_size", "block_size"),
+            ("mask", "mask_token_id"),
+        )
+    }
+    differs = {key: pair for key, pair in declared.items() if pair[0] != pair[1]}
+    change = {k: (tau[k] - tau["export"]) / tau["export"] for k in moved}
+    sensitive = max(abs(c) for c in change.values()) > mal_gap
+    # a drafter that accepts more on its neighbour's taps than on its own was trained on the neighbour's
+    better = [k for k, c in change.items() if c > mal_gap]
+    faithful = distance <= FIDELITY_TOL and not differs
+    return {
+        "ok": faithful and not better,
+        "fidelity": {
+            "ok": faithful,
+            "relative_distance": round(distance, 4),
+            "threshold": FIDELITY_TOL,
+            "declared_differently": differs,
+            "teacher_forced_acceptance": {k: round(tau[k], 4) for k in ("trained", "export")},
+            "blocks": int(sum(len(v) for v in acc["trained"])),
+        },
+        "sensitivity": {
+            "taps": taps,
+            "moved_taps": moved,
+            "teacher_forced_acceptance": {k: round(tau[k], 4) for k in ("export", *moved)},
+            "relative_change": {k: round(c, 4) for k, c in change.items()},
+            "threshold": mal_gap,
+            "sensitive": sensitive,
+            "better_elsewhere": better,
+        },
+    }
+
+
+def _as_list(v: Any) -> Any:
+    return list(v) if isinstance(v, list | tuple) else v
