@@ -31,7 +31,7 @@ from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
 from trainer.dflash.objective import block_hidden
 from trainer.drafting import frozen_weight
 from trainer.evaluate import Prompt
-from trainer.parity_probe import greedy
+from trainer.parity_probe import greedy, layer_features
 
 FIDELITY_TOL = 0.05  # relative distance of the export's slot states from the trained ones (bf16: ≈ 0.01)
 
@@ -91,8 +91,7 @@ def feature_checks(
         completion = greedy(target, p.ids, max_tokens)
         ids = torch.tensor(p.ids + completion)
         mask = torch.tensor([0] * len(p.ids) + [1] * len(completion))
-        tapped = target.tap(ids[None].to(target.device), layers).float().cpu()[0]
-        feats = dict(zip(layers, tapped.split(target.hidden_size, dim=-1), strict=True))
+        feats = layer_features(target, p.ids + completion, layers)
         h_trained, a = _slots(trained, feats, ids, mask, embed, head)
         acc["trained"].append(a)
         h_served, a = _slots(served, feats, ids, mask, embed, head)

@@ -11,7 +11,9 @@ not as noise around 1. The throwaway is written under the gate's log folder, nev
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -28,19 +30,39 @@ from trainer.export import export
 ANCHORS = 64  # per sequence: every position of a short continuation is an anchor
 
 
-_GREEDY: dict[int, dict[tuple[tuple[int, ...], int], list[int]]] = {}  # id(target) → its decodes
+class _Memo(NamedTuple):  # what the gate's checks and its throwaway would otherwise compute again
+    greedy: dict[tuple[tuple[int, ...], int], list[int]]
+    features: dict[tuple[int, ...], dict[int, torch.Tensor]]
+
+
+_MEMO: dict[int, _Memo] = {}  # id(target) → its memo, dropped with the target
+
+
+def _memo(target: Target) -> _Memo:
+    if id(target) not in _MEMO:
+        weakref.finalize(target, _MEMO.pop, id(target), None)
+        _MEMO[id(target)] = _Memo({}, {})
+    return _MEMO[id(target)]
 
 
 def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
-    """The target's greedy continuation of `prompt` (n tokens), decoded once per target and prompt: the
-    gate's checks and its throwaway decode the same prompts."""
-    if id(target) not in _GREEDY:
-        weakref.finalize(target, _GREEDY.pop, id(target), None)
-    seen = _GREEDY.setdefault(id(target), {})
+    """The target's greedy continuation of `prompt` (n tokens), decoded once per target and prompt."""
+    seen = _memo(target).greedy
     if (key := (tuple(prompt), n)) not in seen:
         params = SamplingParams(max_tokens=n, temperature=0.0)
         seen[key] = [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
     return list(seen[key])
+
+
+def layer_features(target: Target, ids: list[int], layers: Sequence[int]) -> dict[int, torch.Tensor]:
+    """layer → the target's features of `ids` there ([T, H] float32, CPU), each layer computed once per target
+    and sequence (a 13k-token agent prompt is a minute's forward on 2 cores)."""
+    seen = _memo(target).features.setdefault(tuple(ids), {})
+    if missing := [k for k in dict.fromkeys(layers) if k not in seen]:
+        with torch.no_grad():
+            out = target.tap(torch.tensor([ids], device=target.device), missing).float().cpu()[0]
+        seen.update(zip(missing, out.split(target.hidden_size, dim=-1), strict=True))
+    return {k: seen[k] for k in layers}
 
 
 def throwaway(
@@ -76,9 +98,8 @@ def overfit_on(
     for prompt, completion in pairs:  # the target's features once per pair: it is frozen
         ids = torch.tensor(prompt + completion)
         mask = torch.tensor([0] * len(prompt) + [1] * len(completion))
-        with torch.no_grad():
-            taps = target.tap(ids[None].to(target.device), drafter.target_layer_ids).float().cpu()
-        seqs.append((ids, mask, taps))
+        feats = layer_features(target, prompt + completion, drafter.target_layer_ids)
+        seqs.append((ids, mask, torch.cat(list(feats.values()), dim=-1)[None]))
     opt = torch.optim.AdamW(drafter.parameters(), lr=lr)
     for _ in range(steps):
         for ids, mask, taps in seqs:
