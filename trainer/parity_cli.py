@@ -156,19 +156,18 @@ def _features_line(f: dict[str, Any]) -> str:
         return f"\n(c) export fidelity: skipped ({f.get('skipped', 'not run')})" if f else ""
     fi, se = f["fidelity"], f["sensitivity"]
     declared = "; ".join(f"{k} {a} trained, {b} exported" for k, (a, b) in fi["declared_differently"].items())
-    tf = se["teacher_forced_acceptance"]
-    moved = ", ".join(
-        f"{se['moved_taps'][k]} {tf[k]} ({se['relative_change'][k]:+.1%})" for k in ("early", "late")
-    )
-    verdict = "sensitive" if se["sensitive"] else "INSENSITIVE: (b) cannot see a tap fault"
+    tf, ch = se["teacher_forced_acceptance"], se["relative_change"]
+    moved = ", ".join(f"{k} {se['moved_taps'][k]} {tf[k]} ({ch[k]:+.1%})" for k in ("early", "late"))
+    verdict = "it reads its context" if se["sensitive"] else "INSENSITIVE: (b) cannot see a fault there"
     if se["better_elsewhere"]:
         verdict = f"FAILED: it accepts more on the {' and '.join(se['better_elsewhere'])} taps than its own"
     return (
         f"\n(c) the export as served vs the drafter as trained: relative distance {fi['relative_distance']} "
         f"(≤ {fi['threshold']}) over {fi['blocks']} blocks" + (f", {declared}" if declared else "")
         + f": {'ok' if fi['ok'] else 'FAILED'}"
-        f"\n(d) teacher-forced acceptance length on the export's taps {se['taps']} {tf['export']}, one layer "
-        f"early/late {moved} ((b) sees over {se['threshold']:.0%}): {verdict}"
+        f"\n(d) teacher-forced acceptance length {tf['export']} on its taps {se['taps']}, {tf['scrambled']} "
+        f"({ch['scrambled']:+.1%}) with every position given another's features ((b) sees over "
+        f"{se['threshold']:.0%}); taps one layer {moved}: {verdict}"
     )  # fmt: skip
 
 

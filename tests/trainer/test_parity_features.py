@@ -54,7 +54,8 @@ def test_the_export_is_the_drafter_and_the_drafter_sees_its_taps(
     assert fidelity["teacher_forced_acceptance"]["trained"] > 1.2  # overfit (briefly) on these continuations
     assert sensitivity["sensitive"], sensitivity
     assert sensitivity["better_elsewhere"] == []
-    assert all(c < -0.05 for c in sensitivity["relative_change"].values())  # its own taps are its best
+    assert sensitivity["relative_change"]["scrambled"] < -0.05  # it reads its context
+    assert all(sensitivity["relative_change"][k] < 0.05 for k in ("early", "late"))  # its own taps are best
     assert "INSENSITIVE" not in _features_line(report)
     assert ": ok" in _features_line(report)
 
@@ -103,7 +104,8 @@ def test_an_untrained_drafter_is_blind_to_its_taps(
     report = feature_checks(run, tiny, prompts, MAX_TOKENS, mal_gap=0.05)
     assert report["ok"]  # its export is faithful: it is just useless
     assert not report["sensitivity"]["sensitive"]
-    assert all(abs(c) <= 0.05 for c in report["sensitivity"]["relative_change"].values())
+    assert report["sensitivity"]["relative_change"]["scrambled"] >= -0.05
+    assert report["sensitivity"]["better_elsewhere"] == []  # it reads nothing, anywhere
     assert "INSENSITIVE" in _features_line(report)
 
 
