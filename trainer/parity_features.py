@@ -13,8 +13,9 @@ would the engine comparison see a feature fault at all?
     `mal_gap` of its teacher-forced acceptance length, the drafter does not read its context, a fault
     there would pass (b) unseen, and (b) is inconclusive (`--prove-export` then proves the path with a
     throwaway overfit on the gate's prompts, which does read it). A drafter that does read it is also run
-    on its taps one layer early and one late: if either accepts more than its own by over `mal_gap`, its
-    weights were trained on the neighbour's taps, whatever its configs say — it fails. (On SmolLM2 a
+    on its taps one layer early and one late: if either accepts more than its own by over `mal_gap` (and
+    on more blocks than chance allows), its weights were trained on the neighbour's taps, whatever its
+    configs say — it fails. (On SmolLM2 a
     neighbouring layer's features are close: an overfit drafter moves by 1–2 % there, so a one-layer
     shift planted in both configs is a fault too small for any acceptance check to see, (b) included.)
 
@@ -122,7 +123,7 @@ def feature_checks(
     differs = {key: pair for key, pair in declared.items() if pair[0] != pair[1]}
     change = {k: (tau[k] - tau["export"]) / tau["export"] for k in ("scrambled", *moved)}
     # a drafter that accepts more on its neighbour's taps than on its own was trained on the neighbour's
-    better = [k for k in moved if change[k] > mal_gap]
+    better = [k for k in moved if change[k] > mal_gap and _more_often(acc[k], acc["export"])]
     sensitive = -change["scrambled"] > mal_gap or bool(better)  # it reads its context: a fault shows
     faithful = distance <= FIDELITY_TOL and not differs
     return {
@@ -145,6 +146,14 @@ def feature_checks(
             "better_elsewhere": better,
         },
     }
+
+
+def _more_often(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    """`a` accepts more than `b` on the same blocks beyond chance (a sign test at 95 %): a weak drafter's
+    few accepted tokens move its mean by percents either way."""
+    d = torch.cat(a).long() - torch.cat(b).long()
+    more, fewer = int((d > 0).sum()), int((d < 0).sum())
+    return more - fewer > 1.96 * (more + fewer) ** 0.5
 
 
 def _as_list(v: Any) -> Any:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from standin import Target
-from tests.trainer.replay.conftest import BLOCK
+from tests.trainer.replay.conftest import BLOCK, overfit
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel
 from trainer.evaluate import Prompt
@@ -38,8 +38,10 @@ def prompts(rows: list[dict]) -> list[Prompt]:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def trained_run(drafter_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _run(tmp_path_factory.mktemp("trained"), drafter_dir)
+def trained_run(tiny: Target, rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
+    """Overfit harder than the shared drafter: a planted tap must show on more blocks than chance allows."""
+    drafter = overfit(tiny, rows, tmp_path_factory.mktemp("drafter"), steps=120)
+    return _run(tmp_path_factory.mktemp("trained"), drafter)
 
 
 def test_the_export_is_the_drafter_and_the_drafter_sees_its_taps(
@@ -78,12 +80,12 @@ def test_an_export_with_taps_planted_one_layer_late_fails(
 
 
 def test_a_drafter_declaring_taps_it_was_not_trained_on_fails_though_both_configs_agree(
-    tiny: Target, drafter_dir: Path, prompts: list[Prompt], tmp_path: Path
+    tiny: Target, trained_run: Path, prompts: list[Prompt], tmp_path: Path
 ) -> None:
     """The planted tap is in the drafter's own config as well as the export's: nothing to compare but the
     weights, which accept more one layer early, on the taps they were trained on."""
     drafter = tmp_path / "planted"
-    shutil.copytree(drafter_dir, drafter)
+    shutil.copytree(trained_run / "drafter", drafter)
     config = json.loads((drafter / "config.json").read_text())
     taps = config["dflash_config"]["target_layer_ids"]
     config["dflash_config"]["target_layer_ids"] = late(taps, tiny.num_layers)
