@@ -93,8 +93,12 @@ def judge(
 ) -> dict[str, Any]:
     """The judgement of `labels` (the speculative endpoints) against each other and `baseline`.
     `groups`: call id → {"agent": …, "language": …}, for the per-agent and per-language intervals."""
+    replayed = {r.label for r in result.runs if r.concurrency == 1}
+    missing = [lab for lab in labels if lab not in replayed]  # an endpoint that died is left out, said
+    labels = [lab for lab in labels if lab in replayed]
     ids = judged_calls(result, labels, baseline)
     out: dict[str, Any] = {"level": 1, "calls": len(ids), "floor_draft_steps": floor, "resamples": resamples}
+    out["not_judged"] = missing
     if not ids or not labels:
         why = "no per-call counters to judge: concurrency 1 was not replayed or no speculative endpoint answered"
         out.update(ranked=False, verdict=why, methods={}, pairs=[])

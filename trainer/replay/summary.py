@@ -92,6 +92,8 @@ def judgement_lines(report: dict[str, Any]) -> list[str]:
         "",
         f"**{'Ranked' if j['ranked'] else 'Not ranked'}: {j['verdict']}.**",
     ]
+    if j.get("not_judged"):
+        lines += ["", f"Not judged (no replay at concurrency 1: see Problems): {', '.join(j['not_judged'])}."]
     if j["methods"]:
         head = "| method | draft steps | MAL [95 % CI] | acceptance at positions 1.. | speedup [95 % CI] |"
         lines += ["", head, "|---|---|---|---|---|"]

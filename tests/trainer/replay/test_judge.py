@@ -92,6 +92,16 @@ def test_without_concurrency_one_there_is_nothing_to_judge() -> None:
     assert "concurrency 1" in j["verdict"]
 
 
+def test_an_endpoint_that_died_is_left_out_and_the_others_judged() -> None:
+    """A drafter's server killed mid-bench (OOM) has no concurrency-1 run: the others are still judged."""
+    result = _run({"plain": 0, "good": 2.5, "bad": 0.5}, calls=40, drafts=60)
+    j = judge(result, ["good", "bad", "dead"], "plain", GROUPS, floor=1000, resamples=300)
+    assert j["not_judged"] == ["dead"]
+    assert set(j["methods"]) == {"good", "bad"}
+    assert j["calls"] == 40
+    assert j["ranked"] is True
+
+
 def test_degeneracy_figures() -> None:
     assert distinct_ngram_ratio(list(range(10))) == 1.0
     assert distinct_ngram_ratio([7] * 10) == 1 / 7
