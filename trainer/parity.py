@@ -215,7 +215,7 @@ def drafter_parity(
     gap = abs(own - mal) / mal if mal else None
     weak = (mal or 1.0) < s.min_mal and own < s.min_mal
     agree = gap is not None and gap <= s.mal_gap
-    # a gap is evidence whatever the sensitivity; agreement proves nothing from a drafter blind to its taps
+    # a gap is evidence whatever the sensitivity; agreement proves nothing from a drafter blind to context
     status = "inconclusive" if weak or (agree and not sensitive) else ("passed" if agree else "failed")
     inconclusive = status == "inconclusive"
     return {
@@ -228,7 +228,7 @@ def drafter_parity(
         "relative_gap": gap,
         "threshold": s.mal_gap,
         "min_mal": s.min_mal,
-        "why_inconclusive": ("accepts too little" if weak else "insensitive to its taps")
+        "why_inconclusive": ("accepts too little" if weak else "does not read its context")
         if inconclusive
         else None,
         "block_size": ours["block_size"],

@@ -126,8 +126,8 @@ def _line(report: dict[str, Any]) -> str:
         )
         if d["status"] == "inconclusive":
             why = (
-                "the drafter is blind to its taps (d)"
-                if d.get("why_inconclusive") == "insensitive to its taps"
+                "the drafter does not read its context (d)"
+                if d.get("why_inconclusive") == "does not read its context"
                 else f"both accept too little (MAL under {d['min_mal']})"
             )
             text += (

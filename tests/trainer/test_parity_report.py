@@ -47,3 +47,18 @@ def test_an_inconclusive_check_and_its_throwaway_are_said_not_passed() -> None:
     assert "FAILED — the export path NOT proven: the export path is broken" in text
     assert "PASSED" not in text
     assert "served: dflash as method dflash, 7 draft tokens, by vLLM in bfloat16" in text
+
+
+def test_a_drafter_that_does_not_read_its_context_is_said_inconclusive_for_that_reason() -> None:
+    check = {**_check("inconclusive", 1.47, 1.47), "why_inconclusive": "does not read its context"}
+    target = {
+        "mean_abs_logprob_diff": 0.02,
+        "greedy_agreement": 1.0,
+        "tokens": 100,
+        "ok": True,
+        "thresholds": {"mean_abs_logprob_diff": 0.05, "greedy_agreement": 0.98},
+    }
+    text = _line({"target": target, "drafter": check})
+    assert "gap 0.0 (≤ 0.05)" in text
+    assert "INCONCLUSIVE — the drafter does not read its context (d)" in text
+    assert "accept too little" not in text
