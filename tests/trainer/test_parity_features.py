@@ -40,7 +40,7 @@ def prompts(rows: list[dict]) -> list[Prompt]:  # type: ignore[type-arg]
 @pytest.fixture(scope="module")
 def trained_run(tiny: Target, rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
     """Overfit harder than the shared drafter: a planted tap must show on more blocks than chance allows."""
-    drafter = overfit(tiny, rows, tmp_path_factory.mktemp("drafter"), steps=120)
+    drafter = overfit(tiny, rows, tmp_path_factory.mktemp("drafter"), steps=60)
     return _run(tmp_path_factory.mktemp("trained"), drafter)
 
 

@@ -118,6 +118,14 @@ def block_hidden(
     return drafter(noise, taps, pos, mask), labels[:, shift:], valid[:, shift:]
 
 
+def tokens_before(input_ids: torch.Tensor, anchors: torch.Tensor, slots: int, shift: int) -> torch.Tensor:
+    """[A, slots]: the true token before each query slot of each anchored block (what a kind's heads read
+    under teacher forcing)."""
+    t = input_ids.shape[0]
+    k = torch.arange(slots, device=anchors.device)[None, :]
+    return input_ids[(anchors[:, None] + k + shift - 1).clamp(0, t - 1)]
+
+
 def slot_rows(rows: torch.Tensor, block_size: int, shift: int) -> torch.Tensor:
     """Valid-slot indices into A·B (DFlash's numbering, as ``packed.valid_rows`` gives them) as indices
     into A·(B-shift), the query slots of a kind whose block starts ``shift`` tokens later."""
@@ -163,11 +171,9 @@ def dflash_loss(
     # a boolean index is a nonzero: it waits for the device (the training loop passes host-side rows)
     rows = valid.flatten().nonzero().squeeze(1) if rows is None else slot_rows(rows, block_size, shift)
     rows = rows.to(dev, non_blocking=True)
-    t = input_ids.shape[0]
-    before = (anchors[:, None] + torch.arange(s, device=dev)[None, :] + shift - 1).clamp(0, t - 1)
     h = hidden.reshape(a * s, -1).index_select(0, rows)
     y = labels.flatten().index_select(0, rows)
-    prev = input_ids[before].flatten().index_select(0, rows)
+    prev = tokens_before(input_ids, anchors, s, shift).flatten().index_select(0, rows)
     w = weights.to(dev)[shift:][None, :].expand(a, s).flatten().index_select(0, rows)
     losses, preds = [], []
     for i in range(0, h.shape[0], chunk):
