@@ -15,6 +15,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from standin.model import Target
+from standin.prefix import PrefixCache, prefill
 
 SAMPLING_EPS = 1e-5  # vLLM's: a temperature below this is greedy
 
@@ -111,32 +112,26 @@ class DecodingStrategy(Protocol):
 
 class Autoregressive:
     """One token per forward on a KV cache; long prompts are prefilled in chunks so that a scheduler can
-    interleave other requests between them."""
+    interleave other requests between them, or from a `PrefixCache` when one is given."""
 
     name = "autoregressive"
     spec_stats: SpecDecodeStats | None = None
 
-    def __init__(self, prefill_chunk: int = 512) -> None:
+    def __init__(self, prefill_chunk: int = 512, prefix: PrefixCache | None = None) -> None:
         self.prefill_chunk = prefill_chunk
+        self.prefix = prefix
 
     def steps(
         self, target: Target, prompt_ids: list[int], sampler: Sampler, max_new_tokens: int
     ) -> Iterator[list[int]]:
-        if not prompt_ids:
-            raise ValueError("empty prompt")
-        cache = target.new_cache()
-        dev = target.device
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
-        for start in range(0, ids.shape[1], self.prefill_chunk):
-            logits = target.forward(
-                ids[:, start : start + self.prefill_chunk], cache, logits_to_keep=1
-            ).logits
-            if start + self.prefill_chunk < ids.shape[1]:
-                yield []
+        pre = yield from prefill(target, prompt_ids, (), self.prefill_chunk, self.prefix)
+        cache, logits, dev = pre.cache, pre.logits, target.device
         for _ in range(max_new_tokens):
-            token = int(sampler.sample(logits[0, -1]))
+            token = int(sampler.sample(logits))
             yield [token]
-            logits = target.forward(torch.tensor([[token]], device=dev), cache, logits_to_keep=1).logits
+            logits = target.forward(torch.tensor([[token]], device=dev), cache, logits_to_keep=1).logits[
+                0, -1
+            ]
 
 
 @dataclass

@@ -71,6 +71,13 @@ class Target:
         return layers
 
     @property
+    def final_norm(self) -> nn.Module:
+        """The norm between the last layer's output (its tap) and the LM head: logits = head(norm(tap))."""
+        norm = getattr(getattr(self.model, self.model.base_model_prefix), "norm")  # noqa: B009
+        assert isinstance(norm, nn.Module)
+        return norm
+
+    @property
     def embed_tokens(self) -> nn.Module:
         return self.model.get_input_embeddings()
 

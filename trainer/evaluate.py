@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
 from standin import load_target
-from standin.engine import Engine, SamplingParams
+from standin.engine import Autoregressive, Engine, SamplingParams
+from standin.prefix import PrefixCache
 from trainer.data.build import read
 from trainer.dflash.engine import speculative
 from trainer.dflash.kinds import load_drafter
@@ -151,9 +152,11 @@ def evaluate(
     device: str | None = None,
     dtype: str | None = None,
     near_tie: float = NEAR_TIE,
+    prefix: PrefixCache | None = None,
 ) -> dict[str, Any]:
     """``device`` (default: cuda when there is one, else cpu) and ``dtype`` (default: bfloat16 on a GPU,
-    float32 on a CPU) are where and how the target is loaded; the drafter follows it."""
+    float32 on a CPU) are where and how the target is loaded; the drafter follows it. Each prompt is
+    prefilled once for both decodes (``prefix``, or a cache of this call's own)."""
     run = Path(run_dir).resolve()
     cfg = yaml.safe_load((run / "config.yaml").read_text()) if (run / "config.yaml").exists() else {}
     n_prompts = n_prompts or int(cfg.get("eval_prompts", 8))
@@ -171,8 +174,9 @@ def evaluate(
     if not prompts:
         raise SystemExit(f"no held-out prompts in {run / 'data' / 'eval.parquet'}")
 
-    plain = Engine(target)
-    strategy = speculative(drafter, block_size=block_size)
+    prefix = prefix or PrefixCache(drafter.target_layer_ids)
+    plain = Engine(target, Autoregressive(prefix=prefix))
+    strategy = speculative(drafter, block_size=block_size, prefix=prefix)
     spec = Engine(target, strategy)
     b = strategy.block_size
     rule = NearTieRule(str(target.embed_tokens.weight.dtype), floor=near_tie)

@@ -23,88 +23,28 @@ context the bench serves). It prints every figure beside its threshold, writes R
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import torch
+import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
 from standin import Target, load_target
+from standin.prefix import prefilled
 from trainer.data.build import read
 from trainer.errors import TrainerError
 from trainer.evaluate import Prompt, evaluate, prompts_from_sequences
-from trainer.parity_features import feature_checks
+from trainer.parity_features import feature_checks, gate_layers
+from trainer.parity_probe import prefix_cache
+from trainer.parity_settings import ParitySettings
 from trainer.precision import NearTieRule
 from trainer.replay.counters import SpecCounters, parse
-
-
-class ParitySettings(BaseModel):
-    """The parity gate between the trainer and a serving engine."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    run: Path = Field(
-        Path("runs/latest"), description="The training run (its target, held-out prompts, export)."
-    )
-    endpoint: str | None = Field(None, description="The engine serving the run's target plainly (check a).")
-    draft_endpoint: str | None = Field(
-        None, description="The engine serving RUN/export as its drafter (check b); unset: (a) only."
-    )
-    launch: bool = Field(
-        False, description="Start vLLM here for both checks (plain, and with RUN/export); make train does."
-    )
-    override: bool = Field(
-        False, description="Keep a failing export, marked as such in RUN/export/parity.json (exit 0)."
-    )
-    prompts: int = Field(4, ge=1, description="Held-out prompts compared, cut to --max-prompt-len.")
-    max_prompt_len: int = Field(
-        1024, ge=8, description="Each of those prompts' last tokens at most (CPU cost)."
-    )
-    long_prompts: int = Field(
-        1,
-        ge=0,
-        description="More held-out prompts at their whole length (up to --max-model-len − --max-tokens): "
-        "the context the bench serves.",
-    )
-    max_model_len: int = Field(32768, ge=256, description="--launch: the context each server serves.")
-    max_tokens: int = Field(32, ge=1, description="Greedy tokens decoded per prompt for (b).")
-    draft_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="Tokens drafted per step (the draft endpoint's num_speculative_tokens); default the export's "
-        "own (its block − 1; DSpark: its block).",
-    )
-    min_mal: float = Field(
-        1.1,
-        ge=1,
-        description="(b) below this MAL on both sides the drafter accepts too little to tell a right export "
-        "from a broken one: inconclusive.",
-    )
-    allow_inconclusive: bool = Field(
-        False, description="Let an inconclusive drafter check pass the gate (said in the report)."
-    )
-    prove_export: bool = Field(
-        False,
-        description="--launch: when the drafter check is inconclusive, overfit a throwaway copy of the drafter "
-        "on the gate's prompts, export and serve it, and gate that: the export path proven, said as such.",
-    )
-    probe_steps: int = Field(60, ge=1, description="Passes over the gate's prompts the throwaway trains.")
-    dtype: str | None = Field(
-        None,
-        description="The dtype the engine computes in (float32, bfloat16): (a)'s near-tie rule; --launch "
-        "sets it to what it serves.",
-    )
-    logprob_tol: float = Field(0.05, ge=0, description="(a) mean |Δ log p| per prompt token, nats.")
-    greedy_min: float = Field(0.98, ge=0, le=1, description="(a) next-token agreement, near-ties excluded.")
-    near_tie: float = Field(
-        0.1, ge=0, description="A top-2 gap (nats) under which a flipped argmax is rounding."
-    )
-    mal_gap: float = Field(0.05, ge=0, description="(b) |our acceptance length − engine MAL| / engine MAL.")
-    out: Path | None = Field(None, description="Where parity.json goes; default RUN.")
 
 
 def _completions(url: str, body: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
@@ -133,11 +73,14 @@ def engine_logprobs(url: str, model: str, ids: list[int]) -> tuple[list[float], 
 @torch.no_grad()
 def trainer_logprobs(target: Target, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The trainer's log-softmax at positions 0..T-2 ([T-1, V]), the ids they predict, and the top logit's
-    magnitude at each (what sets the engine dtype's rounding step)."""
-    x = torch.tensor([ids], device=target.device)
-    logits = target.forward(x).logits[0, :-1].float()
+    magnitude at each (what sets the engine dtype's rounding step). From the last layer's tap through the
+    final norm and the head: the prefill is the gate's one prefill of these ids (its prefix cache)."""
+    last = target.num_layers - 1
+    taps = prefilled(target, ids, [last], prefix_cache(target)).taps
+    assert taps is not None
+    logits = target.lm_head(target.final_norm(taps[0, :-1])).float()
     magnitude = logits.amax(-1).abs()
-    return torch.log_softmax(logits, dim=-1), x[0, 1:], magnitude
+    return torch.log_softmax(logits, dim=-1), torch.tensor(ids[1:], device=logits.device), magnitude
 
 
 def target_parity(target: Target, url: str, prompts: list[Prompt], s: ParitySettings) -> dict[str, Any]:
@@ -209,6 +152,7 @@ def drafter_parity(
         block_size=block,
         out_dir=run / "parity",
         progress=False,
+        prefix=prefix_cache(target),  # the prompts (c) and (d) prefilled already
     )
     served = engine_mal(url, prompts, s.max_tokens)
     mal, own = served["mal"], ours["acceptance_length"]
@@ -235,6 +179,16 @@ def drafter_parity(
         "lossless": ours["lossless"],
         "prompt_tokens": [len(p.ids) for p in prompts],
     }
+
+
+@contextlib.contextmanager
+def stage(report: dict[str, Any], key: str, what: str) -> Iterator[None]:
+    """Time one step of the gate into report["seconds"][key], and say so on stderr: on 2 cores the gate
+    runs for many minutes, and a user should see where they go."""
+    started = time.perf_counter()
+    yield
+    seconds = report.setdefault("seconds", {})[key] = round(time.perf_counter() - started, 1)
+    typer.echo(f"parity: {what} in {seconds:.0f} s", err=True)
 
 
 def gate_prompts(seqs: list[Any], s: ParitySettings) -> list[Prompt]:
@@ -264,24 +218,29 @@ def run_target(run: Path) -> Target:
 
 
 def parity(
-    s: ParitySettings, target: Target | None = None, prompts: list[Prompt] | None = None
+    s: ParitySettings,
+    target: Target | None = None,
+    prompts: list[Prompt] | None = None,
+    features: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Both checks; `target` and `prompts` when the caller has them already (the run's otherwise)."""
+    """Every check; `target`, `prompts` and (c)/(d)'s `features` when the caller has them already."""
     if not s.endpoint:
         raise ParityError("no --endpoint serving the run's target")
     run = s.run.resolve()
     prompts = prompts or run_prompts(s)
     target = target or run_target(run)
-    report: dict[str, Any] = {
-        "run": str(run),
-        "endpoint": s.endpoint,
-        "prompts": len(prompts),
-        "target": target_parity(target, s.endpoint, prompts, s),
-    }
-    features = report["features"] = feature_checks(run, target, prompts, s.max_tokens, s.mal_gap)
+    prefix_cache(target, gate_layers(run, target))  # every check's layers tapped by one prefill
+    report: dict[str, Any] = {"run": str(run), "endpoint": s.endpoint, "prompts": len(prompts)}
+    with stage(report, "target", "(a) the target compared"):
+        report["target"] = target_parity(target, s.endpoint, prompts, s)
+    if features is None:
+        with stage(report, "features", "(c)/(d) the export's features checked"):
+            features = feature_checks(run, target, prompts, s.max_tokens, s.mal_gap)
+    report["features"] = features
     if s.draft_endpoint:
         sensitive = features.get("sensitivity", {}).get("sensitive", True)
-        report["drafter"] = drafter_parity(run, target, s.draft_endpoint, prompts, s, sensitive)
+        with stage(report, "drafter", "(b) the drafter's acceptance compared"):
+            report["drafter"] = drafter_parity(run, target, s.draft_endpoint, prompts, s, sensitive)
     drafter = report.get("drafter") or {}
     report["inconclusive"] = drafter.get("status") == "inconclusive"
     allowed = s.allow_inconclusive and report["inconclusive"]

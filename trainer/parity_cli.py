@@ -13,6 +13,7 @@ when the run's drafter accepts too little to prove it.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,17 @@ from serving.venv import availability
 from standin import Target
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.evaluate import Prompt
-from trainer.parity import ParityError, ParitySettings, drafter_parity, parity, run_prompts, run_target
-from trainer.parity_features import feature_checks
-from trainer.parity_probe import throwaway
+from trainer.parity import (
+    ParityError,
+    ParitySettings,
+    drafter_parity,
+    parity,
+    run_prompts,
+    run_target,
+    stage,
+)
+from trainer.parity_features import feature_checks, gate_layers
+from trainer.parity_probe import prefix_cache, throwaway
 from trainer.replay.bench import loads_whole
 from trainer.replay.calls import ReplayError
 from trainer.replay.servers import VLLM_CPU_CANNOT, BenchSettings, Server, drafter_server, served
@@ -57,14 +66,36 @@ def launched(s: ParitySettings) -> dict[str, Any]:
     )
     logs = s.out or s.run / "parity"
     logs.mkdir(parents=True, exist_ok=True)
+    timed: dict[str, Any] = {}
+    prefix_cache(model, gate_layers(s.run, model))  # every check's layers tapped by one prefill
+    with stage(timed, "features", "(c)/(d) the export's features checked"):
+        features = feature_checks(s.run, model, prompts, s.max_tokens, s.mal_gap)
+    # a drafter (c)/(d) already find too weak or blind for (b): its throwaway is trained now, so that its
+    # server starts beside the others instead of after them
+    probe = None
+    if s.prove_export and features.get("ok") and _likely_inconclusive(features, s):
+        probe = train_probe(s, target, model, prompts, server, logs)
+        servers["throwaway"] = server._replace(draft=probe[0] / "export")
+    started = time.perf_counter()
     with served("vllm", target, servers, bench, logs, who="parity") as urls:
+        timed["seconds"]["servers_start"] = round(time.perf_counter() - started, 1)
         update = {
             "endpoint": urls["plain"],
             "draft_endpoint": urls["export"],
             "draft_tokens": tokens,
             "dtype": dtype,
         }
-        report = parity(s.model_copy(update=update), model, prompts)
+        report = parity(s.model_copy(update=update), model, prompts, features)
+        checked = report["target"]["ok"] and report["features"]["ok"]
+        wanted = report["inconclusive"] and s.prove_export and checked
+        if wanted and probe is not None:
+            report["throwaway"] = judge_probe(s, model, prompts, bench, probe, urls["throwaway"])
+    if wanted and probe is None:  # (c)/(d) did not foresee it: trained and served only now
+        probe = train_probe(s, target, model, prompts, server, logs)
+        alone = {"throwaway": server._replace(draft=probe[0] / "export")}
+        with served("vllm", target, alone, bench, logs, who="parity") as urls:
+            report["throwaway"] = judge_probe(s, model, prompts, bench, probe, urls["throwaway"])
+    report.setdefault("seconds", {}).update(timed["seconds"])
     report["served"] = {
         "kind": kind,
         "method": KINDS[kind].method,
@@ -73,9 +104,7 @@ def launched(s: ParitySettings) -> dict[str, Any]:
         "dtype": dtype,
         "note": VLLM_CPU_CANNOT.get(kind),
     }
-    checked = report["target"]["ok"] and report["features"]["ok"]
-    if report["inconclusive"] and s.prove_export and checked:
-        probe = report["throwaway"] = prove(s, target, model, prompts, server, bench, logs)
+    if probe := report.get("throwaway"):
         # a throwaway that accepts and agrees proves the path; one that disagrees is a fault of the export
         # path whatever is allowed; one that still accepts too little proves nothing either way
         report["ok"] = probe["ok"] or (probe["status"] == "inconclusive" and s.allow_inconclusive)
@@ -83,30 +112,50 @@ def launched(s: ParitySettings) -> dict[str, Any]:
     return report
 
 
-def prove(
+def _likely_inconclusive(features: dict[str, Any], s: ParitySettings) -> bool:
+    """(b) will be inconclusive: the export's teacher-forced acceptance (what our engine's greedy
+    speculative decoding measures, to rounding) is under `min_mal`, or it does not read its context."""
+    if not (sensitivity := features.get("sensitivity")):
+        return False  # (c)/(d) were skipped: (b) alone decides, and the throwaway waits for it
+    accepts = sensitivity["teacher_forced_acceptance"]["export"]
+    return bool(accepts < s.min_mal * 1.05 or not sensitivity["sensitive"])
+
+
+def train_probe(
+    s: ParitySettings, target: str, model: Target, prompts: list[Prompt], server: Server, logs: Path
+) -> tuple[Path, dict[str, Any]]:
+    """The throwaway (trainer/parity_probe.py): overfit and exported; and its (c)/(d)."""
+    typer.echo(
+        "parity: the drafter check will be inconclusive; proving the export path with a throwaway", err=True
+    )
+    timed: dict[str, Any] = {}
+    with stage(timed, "overfit", "(b') the throwaway overfit and exported"):
+        probe = throwaway(s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps)
+    # vLLM's loader is not asked again: the throwaway's export has the run's export's tensors, names
+    # and shapes (a copy of its drafter, exported by the same code), and that one was checked
+    with stage(timed, "features", "(b') the throwaway's features checked"):
+        features = feature_checks(probe, model, prompts, s.max_tokens, s.mal_gap)
+    return probe, {"features": features, **timed}
+
+
+def judge_probe(
     s: ParitySettings,
-    target: str,
     model: Target,
     prompts: list[Prompt],
-    server: Server,
     bench: BenchSettings,
-    logs: Path,
+    probe: tuple[Path, dict[str, Any]],
+    url: str,
 ) -> dict[str, Any]:
-    """The throwaway's drafter check: overfit, exported, loaded by vLLM, served as the run's kind."""
-    typer.echo(
-        "parity: the drafter check is inconclusive; proving the export path with a throwaway", err=True
-    )
-    probe = throwaway(s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps)
-    served_probe = {"throwaway": server._replace(draft=probe / "export")}
-    loads_whole(target, served_probe, "vllm")
-    features = feature_checks(probe, model, prompts, s.max_tokens, s.mal_gap)
+    """The throwaway's drafter check against the server that serves its export."""
+    folder, done = probe
+    features = done["features"]
     sensitive = features["sensitivity"]["sensitive"]  # overfit on these prompts' features: it should be
-    with served("vllm", target, served_probe, bench, logs, who="parity") as urls:
-        checked = s.model_copy(update={"draft_tokens": bench.draft_tokens})
-        check = drafter_parity(probe, model, urls["throwaway"], prompts, checked, sensitive)
+    checked = s.model_copy(update={"draft_tokens": bench.draft_tokens})
+    with stage(done, "compared", "(b') the throwaway compared"):
+        check = drafter_parity(folder, model, url, prompts, checked, sensitive)
     if not features["ok"]:  # the path wrote an export that is not the drafter it trained
         check.update(ok=False, status="failed")
-    return {**check, "features": features}
+    return {**check, **done}
 
 
 def _line(report: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
 from trainer.dflash.objective import block_hidden, tokens_before
 from trainer.drafting import frozen_weight
 from trainer.evaluate import Prompt
-from trainer.parity_probe import greedy, layer_features
+from trainer.parity_probe import greedy, layer_features, prefix_cache
 
 FIDELITY_TOL = 0.05  # relative distance of the export's slot states from the trained ones (bf16: 0.001–0.002)
 
@@ -50,6 +50,17 @@ def late(layer_ids: list[int], num_layers: int) -> list[int]:
 def early(layer_ids: list[int], num_layers: int) -> list[int]:
     """Every tap one layer early (layer 0's one late)."""
     return [k - 1 if k > 0 else min(1, num_layers - 1) for k in layer_ids]
+
+
+def gate_layers(run: Path, target: Target) -> list[int]:
+    """Every layer the gate taps for RUN: the drafter's and the export's taps, a layer either side of
+    them, and the last (the target's own logits, check (a))."""
+    taps = {target.num_layers - 1}
+    for folder in (run / "drafter", run / "export"):
+        if (folder / CONFIG_NAME).exists():
+            own = list(load_drafter(folder).target_layer_ids)
+            taps |= {*own, *early(own, target.num_layers), *late(own, target.num_layers)}
+    return sorted(taps)
 
 
 def _slots(
@@ -86,6 +97,7 @@ def feature_checks(
     taps = list(served.target_layer_ids)
     moved = {"early": early(taps, target.num_layers), "late": late(taps, target.num_layers)}
     layers = sorted({*trained.target_layer_ids, *taps, *moved["early"], *moved["late"]})
+    prefix_cache(target, layers)  # each prompt's greedy continuation and features from one prefill
     embed = frozen_weight(target.embed_tokens).detach().float()
     head = frozen_weight(target.lm_head).detach().float()
     dist = norm = 0.0

@@ -18,7 +18,8 @@ from typing import NamedTuple
 import torch
 
 from standin import Target
-from standin.engine import Engine, SamplingParams
+from standin.engine import Autoregressive, Engine, SamplingParams
+from standin.prefix import PrefixCache, prefilled
 from trainer.dflash import helpers as H
 from trainer.dflash.kinds import load_drafter
 from trainer.dflash.model import DFlashDraftModel
@@ -33,6 +34,7 @@ ANCHORS = 64  # per sequence: every position of a short continuation is an ancho
 class _Memo(NamedTuple):  # what the gate's checks and its throwaway would otherwise compute again
     greedy: dict[tuple[tuple[int, ...], int], list[int]]
     features: dict[tuple[int, ...], dict[int, torch.Tensor]]
+    prefix: PrefixCache  # every prompt prefilled once for (a)'s continuation, (b), (c), (d) and (b')
 
 
 _MEMO: dict[int, _Memo] = {}  # id(target) → its memo, dropped with the target
@@ -41,8 +43,16 @@ _MEMO: dict[int, _Memo] = {}  # id(target) → its memo, dropped with the target
 def _memo(target: Target) -> _Memo:
     if id(target) not in _MEMO:
         weakref.finalize(target, _MEMO.pop, id(target), None)
-        _MEMO[id(target)] = _Memo({}, {})
+        _MEMO[id(target)] = _Memo({}, {}, PrefixCache(max_tokens=49152))
     return _MEMO[id(target)]
+
+
+def prefix_cache(target: Target, layers: Sequence[int] = ()) -> PrefixCache:
+    """The gate's prefix cache for `target`, tapping `layers` from now on (declare them before the first
+    prefill: an entry serves only the layers it tapped)."""
+    cache = _memo(target).prefix
+    cache.want(layers)
+    return cache
 
 
 def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
@@ -50,7 +60,8 @@ def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
     seen = _memo(target).greedy
     if (key := (tuple(prompt), n)) not in seen:
         params = SamplingParams(max_tokens=n, temperature=0.0)
-        seen[key] = [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
+        engine = Engine(target, Autoregressive(prefix=prefix_cache(target)))
+        seen[key] = [t for s in engine.steps(prompt, params) for t in s.token_ids]
     return list(seen[key])
 
 
@@ -59,9 +70,9 @@ def layer_features(target: Target, ids: list[int], layers: Sequence[int]) -> dic
     and sequence (a 13k-token agent prompt is a minute's forward on 2 cores)."""
     seen = _memo(target).features.setdefault(tuple(ids), {})
     if missing := [k for k in dict.fromkeys(layers) if k not in seen]:
-        with torch.no_grad():
-            out = target.tap(torch.tensor([ids], device=target.device), missing).float().cpu()[0]
-        seen.update(zip(missing, out.split(target.hidden_size, dim=-1), strict=True))
+        taps = prefilled(target, ids, missing, prefix_cache(target, missing)).taps
+        assert taps is not None
+        seen.update(zip(missing, taps[0].float().cpu().split(target.hidden_size, dim=-1), strict=True))
     return {k: seen[k] for k in layers}
 
 

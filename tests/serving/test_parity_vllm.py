@@ -19,7 +19,8 @@ from standin import Target
 from tests.serving.conftest import vllm
 from tests.trainer.replay.conftest import BLOCK, NEW_TOKENS, overfit
 from trainer.evaluate import Prompt
-from trainer.parity import ParitySettings, drafter_parity, target_parity
+from trainer.parity import drafter_parity, target_parity
+from trainer.parity_settings import ParitySettings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

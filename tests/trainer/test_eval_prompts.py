@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from trainer.evaluate import prompts_from_sequences
-from trainer.parity import ParitySettings, gate_prompts
+from trainer.parity import gate_prompts
+from trainer.parity_settings import ParitySettings
 
 
 def _seq(n: int, starts: list[int], agent: str = "claude-code") -> SimpleNamespace:

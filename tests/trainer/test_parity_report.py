@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.parity_cli import _line
+from trainer.parity_cli import _likely_inconclusive, _line
+from trainer.parity_settings import ParitySettings
 
 
 def _check(status: str, ours: float, engine: float) -> dict[str, Any]:
@@ -62,3 +63,15 @@ def test_a_drafter_that_does_not_read_its_context_is_said_inconclusive_for_that_
     assert "gap 0.0 (≤ 0.05)" in text
     assert "INCONCLUSIVE — the drafter does not read its context (d)" in text
     assert "accept too little" not in text
+
+
+def test_the_throwaway_is_foreseen_from_c_and_d_before_any_server_starts() -> None:
+    s = ParitySettings()  # min_mal 1.1
+
+    def features(accepts: float, sensitive: bool) -> dict[str, Any]:
+        return {"sensitivity": {"teacher_forced_acceptance": {"export": accepts}, "sensitive": sensitive}}
+
+    assert _likely_inconclusive(features(1.02, True), s)  # accepts too little
+    assert _likely_inconclusive(features(2.7, False), s)  # blind to its context
+    assert not _likely_inconclusive(features(2.7, True), s)  # (b) can judge it: no throwaway up front
+    assert not _likely_inconclusive({"ok": True, "skipped": "no export"}, s)

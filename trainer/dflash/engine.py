@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from standin.engine import Engine, Sampler, SpecDecodeStats
 from standin.model import Target
+from standin.prefix import PrefixCache, prefill
 from trainer.dflash.dflash2 import DFlash2DraftModel
 from trainer.dflash.dspark import DSparkDraftModel
 from trainer.dflash.kinds import load_drafter
@@ -39,8 +40,13 @@ class DFlashSpeculative:
     name = "dflash"
 
     def __init__(
-        self, drafter: DFlashDraftModel, block_size: int | None = None, prefill_chunk: int = 512
+        self,
+        drafter: DFlashDraftModel,
+        block_size: int | None = None,
+        prefill_chunk: int = 512,
+        prefix: PrefixCache | None = None,
     ) -> None:
+        self.prefix = prefix  # prompts prefilled before (the plain decode of the same prompt) are not again
         self.drafter = drafter.eval()
         self.block_size = int(block_size or drafter.block_size)
         if self.block_size < 2:
@@ -77,29 +83,18 @@ class DFlashSpeculative:
     def steps(
         self, target: Target, prompt_ids: list[int], sampler: Sampler, max_new_tokens: int
     ) -> Iterator[list[int]]:
-        if not prompt_ids:
-            raise ValueError("empty prompt")
         stats = self.spec_stats
         assert stats is not None
         b = self.block_size
         layer_ids = self.drafter.target_layer_ids
-        cache = target.new_cache()
         dcache = DraftCache()
         dev = _weight(target.embed_tokens).device
         if self.drafter.fc.weight.device != dev:
             self.drafter.to(dev)
-        ids = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
-        feats = []
-        for s in range(0, ids.shape[1], self.prefill_chunk):
-            out = target.forward(
-                ids[:, s : s + self.prefill_chunk], cache, layer_ids=layer_ids, logits_to_keep=1
-            )
-            assert out.taps is not None
-            feats.append(out.taps)
-            if s + self.prefill_chunk < ids.shape[1]:
-                yield []
-        ctx = torch.cat(feats, dim=1)  # taps of positions 0..p-1
-        last = int(sampler.sample(out.logits[0, -1]))
+        pre = yield from prefill(target, prompt_ids, layer_ids, self.prefill_chunk, self.prefix)
+        cache, ctx = pre.cache, pre.taps  # taps of positions 0..p-1
+        assert ctx is not None
+        last = int(sampler.sample(pre.logits))
         yield [last]
         start = len(prompt_ids)  # position of `last`: accepted, not yet seen by the target
         produced = 1
@@ -174,9 +169,13 @@ class DFlash2Speculative(DFlashSpeculative):
     drafter: DFlash2DraftModel
 
     def __init__(
-        self, drafter: DFlash2DraftModel, block_size: int | None = None, prefill_chunk: int = 512
+        self,
+        drafter: DFlash2DraftModel,
+        block_size: int | None = None,
+        prefill_chunk: int = 512,
+        prefix: PrefixCache | None = None,
     ) -> None:
-        super().__init__(drafter, block_size, prefill_chunk)
+        super().__init__(drafter, block_size, prefill_chunk, prefix)
         drafter.set_block(self.block_size)  # its convolution restarts every block, as vLLM's does
 
     def _propose(
@@ -260,9 +259,11 @@ STRATEGIES: dict[type[DFlashDraftModel], type[DFlashSpeculative]] = {
 }
 
 
-def speculative(drafter: DFlashDraftModel, block_size: int | None = None) -> DFlashSpeculative:
+def speculative(
+    drafter: DFlashDraftModel, block_size: int | None = None, prefix: PrefixCache | None = None
+) -> DFlashSpeculative:
     """The decoding strategy of the drafter's kind."""
-    return STRATEGIES[type(drafter)](drafter, block_size=block_size)
+    return STRATEGIES[type(drafter)](drafter, block_size=block_size, prefix=prefix)
 
 
 def engine_factory(draft_dir: str | Path, block_size: int | None = None):  # type: ignore[no-untyped-def]
