@@ -28,17 +28,22 @@ def test_a_cached_prefill_equals_a_fresh_one_and_forwards_only_the_new_tokens(ti
     assert cache.forwarded == len(short)
     extended = prefilled(tiny, long, LAYERS, cache)  # the short prompt's positions are not run again
     assert cache.forwarded == len(long)
-    assert _same(extended.logits, fresh.logits) and extended.taps is not None and fresh.taps is not None
+    assert _same(extended.logits, fresh.logits)
+    assert extended.taps is not None
+    assert fresh.taps is not None
     assert _same(extended.taps, fresh.taps)
     assert extended.cache.get_seq_length() == len(long)
 
     again = prefilled(tiny, long, LAYERS, cache)  # a whole hit: nothing forwarded
-    assert cache.forwarded == len(long) and _same(again.logits, fresh.logits)
+    assert cache.forwarded == len(long)
+    assert _same(again.logits, fresh.logits)
     # the short prompt was dropped once its continuation was kept: one token runs again for its logits
     back = prefilled(tiny, short, [LAYERS[1]], cache)
     assert cache.forwarded == len(long) + 1
-    assert first.taps is not None and back.taps is not None
-    assert _same(back.logits, first.logits) and _same(back.taps, first.taps[..., tiny.hidden_size :])
+    assert first.taps is not None
+    assert back.taps is not None
+    assert _same(back.logits, first.logits)
+    assert _same(back.taps, first.taps[..., tiny.hidden_size :])
 
 
 def test_callers_own_their_cache_copy_and_the_budget_drops_the_oldest(tiny: Target) -> None:
@@ -46,7 +51,8 @@ def test_callers_own_their_cache_copy_and_the_budget_drops_the_oldest(tiny: Targ
     cache = PrefixCache(max_tokens=len(a) + len(b) - 1)
     got = prefilled(tiny, a, prefix=cache)
     got.cache.crop(-3)  # the caller extends or crops its copy; the cached entry stays whole
-    assert _same(prefilled(tiny, a, prefix=cache).logits, got.logits) and cache.forwarded == len(a)
+    assert _same(prefilled(tiny, a, prefix=cache).logits, got.logits)
+    assert cache.forwarded == len(a)
     common = next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
     prefilled(tiny, b, prefix=cache)  # from a's template prefix; over the budget, `a` goes
     assert cache.forwarded == len(a) + len(b) - common
