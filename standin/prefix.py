@@ -90,6 +90,8 @@ def prefill(
         tapped = [k for k in tapped if k in entry.taps]
     if entry is not None and start == len(ids) == len(entry.ids):
         cache, logits, taps = copy.deepcopy(entry.cache), entry.logits, entry.taps
+        assert prefix is not None
+        prefix._keep(entry)  # used again: the last to be dropped
     else:
         start = min(start, len(ids) - 1)  # the last token runs again: its logits are not kept
         cache = copy.deepcopy(entry.cache) if entry is not None else target.new_cache()
@@ -132,14 +134,5 @@ def prefilled(
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    if tuple(a[:n]) == tuple(b[:n]):
-        return n
-    lo, hi = 0, n  # the first difference, by bisection over slices (prompts are 10k+ tokens)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if tuple(a[:mid]) == tuple(b[:mid]):
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    """The length of the longest common prefix."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

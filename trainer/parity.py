@@ -40,7 +40,7 @@ from standin.prefix import prefilled
 from trainer.data.build import read
 from trainer.errors import TrainerError
 from trainer.evaluate import Prompt, evaluate, prompts_from_sequences
-from trainer.parity_features import feature_checks, gate_layers
+from trainer.parity_features import feature_checks
 from trainer.parity_probe import prefix_cache
 from trainer.parity_settings import ParitySettings
 from trainer.precision import NearTieRule
@@ -229,13 +229,12 @@ def parity(
     run = s.run.resolve()
     prompts = prompts or run_prompts(s)
     target = target or run_target(run)
-    prefix_cache(target, gate_layers(run, target))  # every check's layers tapped by one prefill
     report: dict[str, Any] = {"run": str(run), "endpoint": s.endpoint, "prompts": len(prompts)}
-    with stage(report, "target", "(a) the target compared"):
-        report["target"] = target_parity(target, s.endpoint, prompts, s)
-    if features is None:
+    if features is None:  # first: they declare every layer the checks tap, (a)'s included
         with stage(report, "features", "(c)/(d) the export's features checked"):
             features = feature_checks(run, target, prompts, s.max_tokens, s.mal_gap)
+    with stage(report, "target", "(a) the target compared"):
+        report["target"] = target_parity(target, s.endpoint, prompts, s)
     report["features"] = features
     if s.draft_endpoint:
         sensitive = features.get("sensitivity", {}).get("sensitive", True)

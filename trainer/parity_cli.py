@@ -36,8 +36,8 @@ from trainer.parity import (
     run_target,
     stage,
 )
-from trainer.parity_features import feature_checks, gate_layers
-from trainer.parity_probe import prefix_cache, throwaway
+from trainer.parity_features import feature_checks
+from trainer.parity_probe import throwaway
 from trainer.replay.bench import loads_whole
 from trainer.replay.calls import ReplayError
 from trainer.replay.servers import VLLM_CPU_CANNOT, BenchSettings, Server, drafter_server, served
@@ -67,7 +67,6 @@ def launched(s: ParitySettings) -> dict[str, Any]:
     logs = s.out or s.run / "parity"
     logs.mkdir(parents=True, exist_ok=True)
     timed: dict[str, Any] = {}
-    prefix_cache(model, gate_layers(s.run, model))  # every check's layers tapped by one prefill
     with stage(timed, "features", "(c)/(d) the export's features checked"):
         features = feature_checks(s.run, model, prompts, s.max_tokens, s.mal_gap)
     # a drafter (c)/(d) already find too weak or blind for (b): its throwaway is trained now, so that its
@@ -118,7 +117,7 @@ def _likely_inconclusive(features: dict[str, Any], s: ParitySettings) -> bool:
     if not (sensitivity := features.get("sensitivity")):
         return False  # (c)/(d) were skipped: (b) alone decides, and the throwaway waits for it
     accepts = sensitivity["teacher_forced_acceptance"]["export"]
-    return bool(accepts < s.min_mal * 1.05 or not sensitivity["sensitive"])
+    return bool(accepts < s.min_mal or not sensitivity["sensitive"])
 
 
 def train_probe(

@@ -52,14 +52,13 @@ def early(layer_ids: list[int], num_layers: int) -> list[int]:
     return [k - 1 if k > 0 else min(1, num_layers - 1) for k in layer_ids]
 
 
-def gate_layers(run: Path, target: Target) -> list[int]:
-    """Every layer the gate taps for RUN: the drafter's and the export's taps, a layer either side of
-    them, and the last (the target's own logits, check (a))."""
-    taps = {target.num_layers - 1}
-    for folder in (run / "drafter", run / "export"):
-        if (folder / CONFIG_NAME).exists():
-            own = list(load_drafter(folder).target_layer_ids)
-            taps |= {*own, *early(own, target.num_layers), *late(own, target.num_layers)}
+def gate_layers(tap_lists: list[list[int]], num_layers: int) -> list[int]:
+    """Every layer the gate taps: each drafter's taps, a layer either side of them, and the last (the
+    target's own logits, check (a)) — declared to the gate's prefix cache before its first prefill, so
+    one prefill of each prompt serves every check."""
+    taps = {num_layers - 1}
+    for own in tap_lists:
+        taps |= {*own, *early(own, num_layers), *late(own, num_layers)}
     return sorted(taps)
 
 
@@ -96,7 +95,7 @@ def feature_checks(
     served = load_drafter(run / "export").float().eval()
     taps = list(served.target_layer_ids)
     moved = {"early": early(taps, target.num_layers), "late": late(taps, target.num_layers)}
-    layers = sorted({*trained.target_layer_ids, *taps, *moved["early"], *moved["late"]})
+    layers = gate_layers([list(trained.target_layer_ids), taps], target.num_layers)
     prefix_cache(target, layers)  # each prompt's greedy continuation and features from one prefill
     embed = frozen_weight(target.embed_tokens).detach().float()
     head = frozen_weight(target.lm_head).detach().float()

@@ -33,7 +33,6 @@ ANCHORS = 64  # per sequence: every position of a short continuation is an ancho
 
 class _Memo(NamedTuple):  # what the gate's checks and its throwaway would otherwise compute again
     greedy: dict[tuple[tuple[int, ...], int], list[int]]
-    features: dict[tuple[int, ...], dict[int, torch.Tensor]]
     prefix: PrefixCache  # every prompt prefilled once for (a)'s continuation, (b), (c), (d) and (b')
 
 
@@ -43,7 +42,7 @@ _MEMO: dict[int, _Memo] = {}  # id(target) → its memo, dropped with the target
 def _memo(target: Target) -> _Memo:
     if id(target) not in _MEMO:
         weakref.finalize(target, _MEMO.pop, id(target), None)
-        _MEMO[id(target)] = _Memo({}, {}, PrefixCache(max_tokens=49152))
+        _MEMO[id(target)] = _Memo({}, PrefixCache(max_tokens=49152))
     return _MEMO[id(target)]
 
 
@@ -66,14 +65,11 @@ def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
 
 
 def layer_features(target: Target, ids: list[int], layers: Sequence[int]) -> dict[int, torch.Tensor]:
-    """layer → the target's features of `ids` there ([T, H] float32, CPU), each layer computed once per target
-    and sequence (a 13k-token agent prompt is a minute's forward on 2 cores)."""
-    seen = _memo(target).features.setdefault(tuple(ids), {})
-    if missing := [k for k in dict.fromkeys(layers) if k not in seen]:
-        taps = prefilled(target, ids, missing, prefix_cache(target, missing)).taps
-        assert taps is not None
-        seen.update(zip(missing, taps[0].float().cpu().split(target.hidden_size, dim=-1), strict=True))
-    return {k: seen[k] for k in layers}
+    """layer → the target's features of `ids` there ([T, H] float32, CPU), from the gate's prefix cache: a
+    13k-token agent prompt is a minute's forward on 2 cores, prefilled once for every check."""
+    taps = prefilled(target, ids, layers, prefix_cache(target, layers)).taps
+    assert taps is not None
+    return dict(zip(layers, taps[0].float().cpu().split(target.hidden_size, dim=-1), strict=True))
 
 
 def throwaway(

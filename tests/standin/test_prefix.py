@@ -78,3 +78,15 @@ def test_the_last_layers_tap_through_the_final_norm_and_head_is_the_models_logit
     ours = tiny.lm_head(tiny.final_norm(taps[0]))
     theirs = tiny.forward(torch.tensor([prompt])).logits[0]
     assert _same(ours, theirs)
+
+
+def test_a_hit_makes_a_prompt_the_last_to_be_dropped(tiny: Target) -> None:
+    a, b, c = (_prompt(tiny, t) for t in ("alpha question", "beta question here", "gamma question again"))
+    cache = PrefixCache(max_tokens=len(a) + len(c) + 1)  # room for two of the three
+    for p in (a, b, a, c):  # `a` used again after `b`: `b` is the least recently used when `c` comes
+        prefilled(tiny, p, prefix=cache)
+    before = cache.forwarded
+    prefilled(tiny, a, prefix=cache)
+    assert cache.forwarded == before  # still cached: a whole hit
+    prefilled(tiny, b, prefix=cache)
+    assert cache.forwarded > before  # dropped: run again past the shared template prefix
