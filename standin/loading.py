@@ -213,20 +213,31 @@ def smollm2_cache_dir(root: Path) -> Path:
 
 
 # SmolLM2-135M was trained to 8,192 positions, but an agent's prompt with its tools is ≈ 12.5k tokens. The
-# folder declares 32,768 (tiny-qwen3's too) (plain RoPE, no scaling: what Hugging Face computes at any position anyway), so vLLM
-# serves that context without overrides and a drafter exported for this target carries the same table.
+# folder serves it with YaRN, factor 4 over those 8,192 (32,768 positions): past 8,192 plain RoPE reads the
+# agents' prompts 1.4 nats/token worse and loops (docs/target.md, "Past 8,192 positions"). vLLM and
+# transformers both read it from config.json, and a drafter exported for this target carries the same.
+SMOLLM2_TRAINED = 8192
 SMOLLM2_POSITIONS = 32768
+SMOLLM2_ROPE: dict[str, Any] = {
+    "rope_type": "yarn",
+    "factor": SMOLLM2_POSITIONS / SMOLLM2_TRAINED,
+    "original_max_position_embeddings": SMOLLM2_TRAINED,
+}
 
 
 def smollm2_folder(root: Path) -> Path:
-    """The SmolLM2 safetensors folder under `root` (what vLLM and the stand-in load), converted once."""
+    """The SmolLM2 safetensors folder under `root` (what vLLM and the stand-in load), converted once; a
+    folder converted by an older version (plain RoPE) is given this one's context in place."""
     final = smollm2_cache_dir(root)
     if not (final / "config.json").exists():
         _convert_smollm2(final)
     config = json.loads((final / "config.json").read_text())
-    if config.get("max_position_embeddings") != SMOLLM2_POSITIONS:  # a folder converted by an older version
-        config["max_position_embeddings"] = SMOLLM2_POSITIONS
-        tmp = final / ".config.json.tmp"
+    theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta")
+    rope = {**SMOLLM2_ROPE, "rope_theta": float(theta or 10_000.0)}  # transformers default
+    if config.get("max_position_embeddings") != SMOLLM2_POSITIONS or config.get("rope_scaling") != rope:
+        # both spellings: transformers 4.x and vLLM read rope_scaling, transformers 5.x rope_parameters
+        config.update(max_position_embeddings=SMOLLM2_POSITIONS, rope_scaling=rope, rope_parameters=rope)
+        tmp = final / f".config.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(config, indent=2) + "\n")
         tmp.replace(final / "config.json")
     return final
@@ -289,7 +300,8 @@ def tiny_qwen3_folder(root: Path) -> Path:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _build_tiny_qwen3()
-    model.config.max_position_embeddings = SMOLLM2_POSITIONS  # served like SmolLM2 (plain RoPE: no change)
+    # the same context as SmolLM2's folder, in plain RoPE (random weights were trained to no length)
+    model.config.max_position_embeddings = SMOLLM2_POSITIONS
     _save_folder(model, tokenizer, final)
     return final
 
