@@ -129,7 +129,9 @@ def train_probe(
     )
     timed: dict[str, Any] = {}
     with stage(timed, "overfit", "(b') the throwaway overfit and exported"):
-        probe = throwaway(s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps)
+        probe = throwaway(
+            s.run, model, prompts, s.max_tokens, logs / "throwaway", steps=s.probe_steps, lr=s.probe_lr
+        )
     # vLLM's loader is not asked again: the throwaway's export has the run's export's tensors, names
     # and shapes (a copy of its drafter, exported by the same code), and that one was checked
     with stage(timed, "features", "(b') the throwaway's features checked"):

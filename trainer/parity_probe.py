@@ -79,7 +79,7 @@ def throwaway(
     max_tokens: int,
     out: Path,
     steps: int = 60,
-    lr: float = 3e-2,
+    lr: float = 3e-3,
 ) -> Path:
     """`out`, a run folder the gate reads: `drafter/` (the run's drafter overfit on `prompts`' greedy
     continuations for `steps` passes) and `export/` (it in the released layout)."""

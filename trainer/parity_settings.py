@@ -58,6 +58,12 @@ class ParitySettings(BaseModel):
         "on the gate's prompts, export and serve it, and gate that: the export path proven, said as such.",
     )
     probe_steps: int = Field(60, ge=1, description="Passes over the gate's prompts the throwaway trains.")
+    probe_lr: float = Field(
+        3e-3,
+        gt=0,
+        description="The throwaway's AdamW learning rate (3e-2 left a drafter unable to learn the gate's "
+        "prompts; 3e-3 reads its context in 60 passes: docs/serving.md).",
+    )
     dtype: str | None = Field(
         None,
         description="The dtype the engine computes in (float32, bfloat16): (a)'s near-tie rule; --launch "
