@@ -4,8 +4,9 @@ A 13k-token agent prompt costs about a minute's forward on 2 cores, and an evalu
 several times: plainly and speculatively (the lossless check), again from each divergence, and the parity
 gate once more for its greedy continuation, its features and its throwaway drafter. A `PrefixCache` keeps
 the KV cache, the last position's logits and the tapped features of what was prefilled, so each of those
-forwards only the tokens past the longest prefix already computed. Without one (the stand-in server) each
-prompt is prefilled in chunks, yielding between them so a scheduler can interleave other requests.
+forwards only the tokens past the longest prefix already computed; the stand-in server keeps one for all
+its requests (`serve-target --prefix-cache-tokens`), so an agent's next call costs its new tokens. Either
+way a prompt is prefilled in chunks, yielding between them so a scheduler can interleave other requests.
 """
 
 from __future__ import annotations

@@ -22,11 +22,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from standin.engine import Engine
+from standin.engine import Autoregressive, Engine
 from standin.frontend import Frontend
 from standin.generation import Generation
 from standin.metrics import ServerMetrics
 from standin.model import Target
+from standin.prefix import PrefixCache
 from standin.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -143,9 +144,11 @@ def serve(
     threads: int | None = None,
     log_level: str = "info",
     max_tokens_cap: int | None = None,
+    prefix_cache_tokens: int = 0,
 ) -> None:
     """Load `model` and serve it until interrupted. `engine_factory(target) -> Engine` swaps the
-    decoding strategy (the DFlash drafter plugs in here); `threads` sets torch's CPU threads."""
+    decoding strategy (the DFlash drafter plugs in here); `threads` sets torch's CPU threads;
+    `prefix_cache_tokens` > 0 gives the default engine a prefix cache of that many positions."""
     import uvicorn
 
     from standin.loading import load_target
@@ -157,7 +160,12 @@ def serve(
         torch.set_num_threads(threads)  # process-wide: the worker thread's forwards use it too
     started = time.monotonic()
     target = load_target(model, cache_dir=cache_dir)
-    engine = engine_factory(target) if engine_factory is not None else Engine(target)
+    prefix = PrefixCache(max_tokens=prefix_cache_tokens) if prefix_cache_tokens else None
+    engine = (
+        engine_factory(target)
+        if engine_factory is not None
+        else Engine(target, Autoregressive(prefix=prefix))
+    )
     server = TargetServer(
         target,
         engine=engine,

@@ -68,6 +68,12 @@ class ServeTargetSettings(BaseModel):
     draft: Path | None = Field(
         None, description="A DFlash drafter directory (an export or RUN_DIR/drafter): speculative decoding."
     )
+    prefix_cache_tokens: int = Field(
+        32768,
+        ge=0,
+        description="Positions of prefilled prompts kept for reuse by their longest common prefix, as vLLM's "
+        "prefix caching does (an agent's next call forwards only its new tokens); 0: none.",
+    )
 
 
 @app.command("serve-target")
@@ -75,7 +81,10 @@ class ServeTargetSettings(BaseModel):
 def serve_target(settings: ServeTargetSettings) -> None:
     """Serve a target on an OpenAI-compatible API shaped like vLLM's (CPU stand-in)."""
     options = settings.model_dump(exclude={"draft"})
-    serve(**options, engine_factory=engine_factory(settings.draft) if settings.draft else None)
+    spec = (
+        engine_factory(settings.draft, prefix_tokens=settings.prefix_cache_tokens) if settings.draft else None
+    )
+    serve(**options, engine_factory=spec)
 
 
 # The drafter's commands: each implemented (with its settings model) in its own module.

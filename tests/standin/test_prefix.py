@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
 import torch
 
 from standin import Autoregressive, Engine, SamplingParams, Target
 from standin.prefix import PrefixCache, prefilled
+from standin.server import TargetServer
+from tests.standin.conftest import Live, live
 
 LAYERS = [0, 1]
 
@@ -90,3 +95,36 @@ def test_a_hit_makes_a_prompt_the_last_to_be_dropped(tiny: Target) -> None:
     assert cache.forwarded == before  # still cached: a whole hit
     prefilled(tiny, b, prefix=cache)
     assert cache.forwarded > before  # dropped: run again past the shared template prefix
+
+
+def test_the_server_reuses_a_turns_prefix_and_answers_as_without_it(tiny: Target) -> None:
+    """The stand-in server with a prefix cache (`serve-target --prefix-cache-tokens`, on by default):
+    an agent's next call forwards only what the last call did not, concurrent requests interleave over
+    the one cache, and every answer is the one a server without the cache gives."""
+    first = [{"role": "user", "content": "List the files of the repository, then read the README."}]
+    turn = [*first, {"role": "assistant", "content": "ls -la"}, {"role": "user", "content": "README.md src"}]
+    other = [{"role": "user", "content": "A different task altogether: fix the failing test."}]
+    cache = PrefixCache(max_tokens=4096)
+    cached = TargetServer(tiny, engine=Engine(tiny, Autoregressive(prefix=cache)), max_model_len=512)
+    plain = TargetServer(tiny, max_model_len=512)
+    with live(cached) as c, live(plain) as p:
+
+        def ask(server: Live, messages: list[dict[str, str]]) -> list[int]:
+            body = {
+                "model": server.server.model_name,
+                "messages": messages,
+                "max_tokens": 8,
+                "temperature": 0,
+            }
+            reply = httpx.post(f"{server.url}/v1/chat/completions", json={**body, "return_token_ids": True})
+            return list(reply.json()["choices"][0]["token_ids"])
+
+        assert ask(c, first) == ask(p, first)
+        before = cache.forwarded
+        assert ask(c, turn) == ask(p, turn)
+        ids, earlier = tiny.render(turn), tiny.render(first)
+        common = next(i for i, (x, y) in enumerate(zip(earlier, ids, strict=False)) if x != y)
+        assert cache.forwarded - before == len(ids) - common  # the shared prefix was not run again
+        with ThreadPoolExecutor(3) as pool:  # interleaved by the scheduler, over the one cache
+            answers = list(pool.map(lambda m: ask(c, m), [turn, other, first]))
+        assert answers == [ask(p, turn), ask(p, other), ask(p, first)]

@@ -266,12 +266,16 @@ def speculative(
     return STRATEGIES[type(drafter)](drafter, block_size=block_size, prefix=prefix)
 
 
-def engine_factory(draft_dir: str | Path, block_size: int | None = None):  # type: ignore[no-untyped-def]
-    """For ``standin.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash."""
+def engine_factory(  # type: ignore[no-untyped-def]
+    draft_dir: str | Path, block_size: int | None = None, prefix_tokens: int = 0
+):
+    """For ``standin.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash;
+    with `prefix_tokens`, prompts are prefilled through a prefix cache of that many positions."""
 
     def make(target: Target) -> Engine:
         drafter = load_drafter(draft_dir)
         check_compatible(drafter, target)
-        return Engine(target, speculative(drafter, block_size=block_size))
+        prefix = PrefixCache(max_tokens=prefix_tokens) if prefix_tokens else None
+        return Engine(target, speculative(drafter, block_size=block_size, prefix=prefix))
 
     return make

@@ -90,7 +90,7 @@ class BenchSettings(BaseModel):
         default=900.0,
         gt=0,
         description="Seconds one request may take (our engine, standing in for a kind vLLM CPU cannot serve, "
-        "has no prefix cache: each long prompt is a whole CPU prefill).",
+        "prefills each new long prompt on the CPU: about a minute per 13k tokens on 2 cores).",
     )
     out: Path | None = Field(default=None, description="Where the report goes; default RUN/replay.")
     startup_timeout: float = Field(
