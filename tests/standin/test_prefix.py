@@ -123,7 +123,7 @@ def test_the_server_reuses_a_turns_prefix_and_answers_as_without_it(tiny: Target
         before = cache.forwarded
         assert ask(c, turn) == ask(p, turn)
         ids, earlier = tiny.render(turn), tiny.render(first)
-        common = next(i for i, (x, y) in enumerate(zip(earlier, ids, strict=False)) if x != y)
+        common = next((i for i, (x, y) in enumerate(zip(earlier, ids, strict=False)) if x != y), len(earlier))
         assert cache.forwarded - before == len(ids) - common  # the shared prefix was not run again
         with ThreadPoolExecutor(3) as pool:  # interleaved by the scheduler, over the one cache
             answers = list(pool.map(lambda m: ask(c, m), [turn, other, first]))
