@@ -66,8 +66,8 @@ class ParitySettings(BaseModel):
     )
     dtype: str | None = Field(
         None,
-        description="The dtype the engine computes in (float32, bfloat16): (a)'s near-tie rule; --launch "
-        "sets it to what it serves.",
+        description="The dtype the engine computes in (float32, bfloat16): (a)'s near-tie rule; with --launch, "
+        "the dtype its servers serve (default float32: the exact comparison; bfloat16 checks a bf16 serving).",
     )
     logprob_tol: float = Field(0.05, ge=0, description="(a) mean |Δ log p| per prompt token, nats.")
     greedy_min: float = Field(0.98, ge=0, le=1, description="(a) next-token agreement, near-ties excluded.")
