@@ -61,8 +61,12 @@ def launched(s: ParitySettings) -> dict[str, Any]:
     bench = BenchSettings(
         run=s.run,
         compile=False,
-        max_model_len=s.max_model_len,
-        kv_cache_gib=2,  # a float32 KV cache of 32,768 SmolLM2 positions is 1.41 GiB
+        # only as long as the gate's longest prompt needs: three servers' KV caches of 1 GiB each fit
+        # beside the gate on 24 GiB, and 1 GiB holds 14,336 float32 SmolLM2 positions, not 32,768
+        max_model_len=min(
+            s.max_model_len, -(-(max(len(p.ids) for p in prompts) + s.max_tokens) // 1024) * 1024
+        ),
+        kv_cache_gib=1,
         draft_tokens=tokens,
         dtype=dtype,
     )
