@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,13 +27,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from clikit.children import free_port
 from records.io import read_table
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PeakRss:

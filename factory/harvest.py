@@ -36,10 +36,10 @@ from factory.run.runner import RunConfig, Runner
 from factory.run.runner_types import SANDBOX, RunnerArgs, SessionRunner
 from factory.run.runners import RAY_EGRESS, EgressOption, RunnerName, get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
-from factory.run.services import ServiceOptions, free_port, services, upload_to_store
+from factory.run.services import ServiceOptions, services, upload_to_store
 from proxy.roller import roll_data_dir
 
-__all__ = ["HarvestOptions", "free_port", "run_harvest"]
+__all__ = ["HarvestOptions", "run_harvest"]
 
 
 class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):

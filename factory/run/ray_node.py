@@ -11,13 +11,11 @@ stay on disk and are rolled and uploaded by the next proxy started on that host 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,24 +27,13 @@ import httpx
 import ray
 import zstandard
 
+from clikit.children import die_with_parent, free_port
 from factory.run.repocache import RepoCache
 from factory.run.runner_types import FAKE, SANDBOX, InfraError, SessionOutcome, SessionRunner, SessionSpec
 from records.storage import Store
 
 log = logging.getLogger(__name__)
 NAMESPACE = "dflash"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_dir(opts: dict[str, Any]) -> Path:
@@ -67,7 +54,7 @@ class NodeProxy:
         (self.dir / "logs").mkdir(exist_ok=True)
         if opts["session_runner"] == SANDBOX:
             _reap_dead_sandboxes()
-        port = _free_port()
+        port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, **opts.get("env", {})}
         proxy_env = {
@@ -99,7 +86,7 @@ class NodeProxy:
     def _start(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
         with (self.dir / "logs" / f"{name}.log").open("ab") as out:
             return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=_die_with_parent)  # fmt: skip
+                                    preexec_fn=die_with_parent())  # fmt: skip
 
     def address(self) -> str:
         return self.url

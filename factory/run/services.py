@@ -9,14 +9,13 @@ start time, so the next run reaps it if the signal could not be delivered (anoth
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -24,6 +23,7 @@ import httpx
 from pydantic import BaseModel, Field
 from rich.console import Console
 
+from clikit.children import die_with_parent, free_port
 from factory.errors import FactoryError
 from factory.run.ledger import Ledger
 from proxy.uploader import Uploader, UploaderSettings
@@ -31,9 +31,6 @@ from records.storage import StorageError, Store
 from serving.check import TargetCheck, check_target
 from serving.venv import availability
 from wire import UpstreamApi
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
 
 Engine = Literal["vllm", "standin"]
 
@@ -71,26 +68,6 @@ class ServiceOptions(BaseModel):
         return self.upstream_api if self.target_url else "chat"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """A `preexec_fn` arming SIGTERM on the parent's death (Linux), or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: the child only calls into it
-
-    def arm() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return arm
-
-
 class Service:
     """A child process with its log under DATA_DIR/logs, ready once `health_url` answers 200.
 
@@ -112,7 +89,7 @@ class Service:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with(os.getpid()),  # only prctl and getppid run between fork and exec
+                preexec_fn=die_with_parent(),  # only prctl and getppid run between fork and exec
             )
         if self.ledger is not None:
             self.ledger.add_process(self.name, self.proc.pid)

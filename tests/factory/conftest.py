@@ -68,7 +68,7 @@ def scripted_upstream() -> Iterator[str]:
 
     import httpx
 
-    from factory.run.services import free_port
+    from clikit.children import free_port
 
     port = free_port()
     root = Path(__file__).resolve().parents[2]

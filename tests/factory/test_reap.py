@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from clikit.children import free_port
 from factory.db import Session, connect, default_url, session_factory
-from factory.run.services import free_port
 
 from .reaping import all_gone, finish, harvest, kill9, ledger, processes, records_written, wait_for
 

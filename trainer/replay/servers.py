@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import httpx
 import typer
 from pydantic import BaseModel, Field
 
+from clikit.children import die_with_parent, free_port
 from serving.launch import Method, speculative_config
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.replay.calls import ReplayError
@@ -100,12 +100,6 @@ class BenchSettings(BaseModel):
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -176,12 +170,20 @@ def served(
     urls: dict[str, str] = {}
     try:
         for label, server in servers.items():
-            port = _free_port()
+            port = free_port()
             cmd = command(engine, target, server, port, s)
             log = out / f"server-{label}.log"
-            with log.open("wb") as f:  # a group of its own: vLLM's engine and worker processes stop with it
+            # A group of its own: vLLM's engine and worker processes stop with it; and it dies with this
+            # process, so a killed bench or gate leaves no server holding its KV cache.
+            with log.open("wb") as f:
                 procs.append(
-                    subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+                    subprocess.Popen(
+                        cmd,
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent(),
+                    )
                 )
             urls[label] = f"http://127.0.0.1:{port}"
         for (label, url), proc in zip(urls.items(), procs, strict=True):
