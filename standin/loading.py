@@ -119,22 +119,23 @@ def load_shared_weights(
     config = AutoConfig.from_pretrained(root)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    names = {id(p): n for n, p in model.named_parameters(remove_duplicate=False)}
-    wanted = {
-        names[id(m.weight)]: m
-        for m in (model.get_input_embeddings(), model.get_output_embeddings())
-        if m is not None and isinstance(m.weight, torch.nn.Parameter)
-    }
-    found = _read_tensors(root, set(wanted))
-    for name, module in wanted.items():
-        tensor = found.get(name)
-        if tensor is None:  # tied heads are stored once, under the embedding's name
-            tensor = found.get(names[id(model.get_input_embeddings().weight)])
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    tied = head is not None and head.weight is embed.weight
+    where = {id(m): f"{n}.weight" for n, m in model.named_modules()}
+    found = _read_tensors(root, {where[id(embed)], *([where[id(head)]] if head is not None else [])})
+    for module in (embed, head):
+        if module is None or (module is head and tied):
+            continue
+        tensor = found.get(where[id(module)])
+        if tensor is None and module is head:  # tied in the file only: stored once, as the embedding
+            tensor = found.get(where[id(embed)])
         if tensor is None:
-            raise ValueError(f"{spec}: no tensor {name!r} in its safetensors files")
+            raise ValueError(f"{spec}: no tensor {where[id(module)]!r} in its safetensors files")
         module.weight = torch.nn.Parameter(
             tensor.to(device=device or "cpu", dtype=dtype), requires_grad=False
         )
+    if tied:  # one tensor, as the full load keeps it
+        head.weight = embed.weight
     tokenizer = AutoTokenizer.from_pretrained(root)
     return Target(
         name=spec,

@@ -8,6 +8,7 @@ two can never disagree about what the model saw.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,6 +62,19 @@ class Target:
     @property
     def vocab_size(self) -> int:
         return int(self.model.config.vocab_size)
+
+    @property
+    def fingerprint(self) -> str:
+        """What decides its hidden states, as far as it can be read without hashing weights: where they
+        were read from and the config (RoPE scaling included), less what varies with how it was loaded.
+        Features stored for one fingerprint are not another's (plain RoPE and YaRN differ past 8k)."""
+        config = {
+            k: v
+            for k, v in self.model.config.to_dict().items()
+            if not k.startswith("_") and k not in ("dtype", "torch_dtype", "transformers_version")
+        }
+        blob = json.dumps([self.source or self.name, config], sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     @property
     def layers(self) -> nn.ModuleList:

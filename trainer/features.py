@@ -75,8 +75,11 @@ class Shard:
         return sum(u.computed for u in self.units)
 
 
-def plan_shards(units: Sequence[Unit], batch: int, layer_ids: Sequence[int], dtype: str) -> list[Shard]:
-    """Whole units in order, a new shard when the next one would pass `batch` target tokens."""
+def plan_shards(
+    units: Sequence[Unit], batch: int, layer_ids: Sequence[int], dtype: str, target: str = ""
+) -> list[Shard]:
+    """Whole units in order, a new shard when the next one would pass `batch` target tokens. `target`:
+    the target's fingerprint, so a shard written for another target (or its RoPE) is not taken as done."""
     groups: list[list[Unit]] = []
     for u in units:
         if not groups or (groups[-1] and sum(x.computed for x in groups[-1]) + u.computed > batch):
@@ -87,6 +90,7 @@ def plan_shards(units: Sequence[Unit], batch: int, layer_ids: Sequence[int], dty
         what = [
             list(layer_ids),
             dtype,
+            *([target] if target else []),
             [[cache.key(s.seq.input_ids), s.shared] for u in group for s in u.segments],
         ]
         plan = hashlib.sha256(json.dumps(what).encode()).hexdigest()
@@ -195,7 +199,7 @@ def features(
     seqs = sequences(acc, cfg, out, data_dir, target)
     layer_ids = list(cfg.target_layer_ids or default_target_layer_ids(target.num_layers, cfg.num_layers))
     units = [u for split in seqs for u in session_units(split, share=cfg.prefix_sharing)]
-    shards = plan_shards(units, batch, layer_ids, dtype)
+    shards = plan_shards(units, batch, layer_ids, dtype, target.fingerprint)
     todo = [s for s in shards if not done(out / s.name, s)]
     per_token = len(layer_ids) * target.hidden_size * DTYPES[dtype].itemsize
     check_space(acc, out, shards, todo, per_token, force)
@@ -216,7 +220,12 @@ def features(
     acc.wait_for_everyone()
     manifest: dict[str, Any] = {}
     if acc.is_main_process:
-        provenance = {"target": cfg.target, "data": cfg.data, "prefix_sharing": cfg.prefix_sharing}
+        provenance = {
+            "target": cfg.target,
+            "target_fingerprint": target.fingerprint,
+            "data": cfg.data,
+            "prefix_sharing": cfg.prefix_sharing,
+        }
         manifest = cache.write_manifest(out, [s.name for s in shards], layer_ids, config=provenance)
     acc.wait_for_everyone()
     return {**manifest, "written": len(mine), "skipped": len(assigned) - len(mine)}
@@ -228,7 +237,7 @@ def done(path: Path, shard: Shard) -> bool:
         return False
     if cache.shard_metadata(path).get("plan") != shard.plan:
         raise SystemExit(
-            f"{path} was written for other data or settings (tap ids, dtype, batch): use a new --out"
+            f"{path} was written for other data or settings (target, tap ids, dtype, batch): use a new --out"
         )
     return True
 

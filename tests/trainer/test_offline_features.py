@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 from safetensors import safe_open
+from safetensors.torch import load_file, save_file
 
 from standin.loading import load_shared_weights
 from tests.support import REPO_ROOT, free_port
@@ -27,7 +28,9 @@ from trainer import features as features_mod
 from trainer.data import build as data_build
 from trainer.data.units import session_units
 from trainer.features import features
+from trainer.sources.base import FeatureError
 from trainer.sources.cache import CacheSource
+from trainer.sources.select import make_source
 from trainer.train import TrainConfig, train
 
 TAPS = [0, 2]
@@ -211,3 +214,39 @@ def test_two_processes_write_disjoint_shards_equal_to_one_process(
         assert a[name].keys() == b[name].keys()
         assert all(torch.equal(a[name][k], b[name][k]) for k in a[name])
     assert two["entries"] == one["entries"]
+
+
+def test_a_checkpoint_with_its_head_tied_to_the_embedding_loads_light(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """SmolLM2 and the small Qwen3s store the tied head once, as the embedding."""
+    tied = Path(shutil.copytree(model_dir, tmp_path / "tied"))
+    tensors = load_file(tied / "model.safetensors")
+    del tensors["lm_head.weight"]
+    save_file(tensors, tied / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    light = load_shared_weights(str(tied))
+    assert light.lm_head.weight is light.embed_tokens.weight
+    assert torch.equal(light.embed_tokens.weight, tensors["model.embed_tokens.weight"])
+
+
+def test_features_of_the_target_before_a_config_change_are_not_trained_on(
+    model_dir: Path, calls: Path, tmp_path: Path
+) -> None:
+    """The target's config rewritten in place (plain RoPE → YaRN, as a cached SmolLM2 folder is): its stored
+    features are refused by the cache source, and not taken as done by `trainer features`."""
+    torch.set_num_threads(1)
+    folder = Path(shutil.copytree(model_dir, tmp_path / "target"))
+    before = load_shared_weights(str(folder)).fingerprint
+    features(config(folder, calls, tmp_path / "runs"), tmp_path / "f", dtype="float32")
+    CacheSource(tmp_path / "f", before)  # its own target's: read
+    cfg = json.loads((folder / "config.json").read_text())
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256, "rope_theta": 1e4}
+    (folder / "config.json").write_text(json.dumps({**cfg, "rope_scaling": yarn, "rope_parameters": yarn}))
+    after = load_shared_weights(str(folder))
+    assert after.fingerprint != before
+    with pytest.raises(FeatureError, match="write them again"):
+        make_source("cache", after, feature_dir=tmp_path / "f")
+    with pytest.raises(SystemExit, match="other data or settings"):
+        features(config(folder, calls, tmp_path / "runs"), tmp_path / "f", dtype="float32")

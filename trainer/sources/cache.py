@@ -157,9 +157,18 @@ def write(
 class CacheSource:
     name = "cache"
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, target_fingerprint: str | None = None) -> None:
+        """`target_fingerprint`: the training target's (`Target.fingerprint`); features of another target
+        or RoPE (written before a config change) are refused, not trained on."""
         self.root = Path(root)
         self.manifest = read_manifest(self.root)
+        stored = self.manifest.get("config", {}).get("target_fingerprint")
+        if target_fingerprint is not None and stored != target_fingerprint:
+            raise FeatureError(
+                f"{self.root} holds features of target {stored or '(not recorded: an older trainer)'}, "
+                f"this run's target is {target_fingerprint} (its weights or config, RoPE included, "
+                "differ): write them again with `python -m trainer features`"
+            )
 
     def _rows(self, f: Any, segments: list[dict[str, Any]], j: int, a: int, b: int) -> list[torch.Tensor]:
         """Positions a..b of segment j: those below its `shared` from the chain of earlier segments, the

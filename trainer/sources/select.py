@@ -75,7 +75,7 @@ def _hf(target: Target, feature_dir: str | Path | None, vllm: VllmSourceSettings
 def _cache(target: Target, feature_dir: str | Path | None, vllm: VllmSourceSettings | None) -> FeatureSource:
     if feature_dir is None:
         raise FeatureError("feature_dir: the cache source needs the directory `trainer features` wrote")
-    return CacheSource(feature_dir)
+    return CacheSource(feature_dir, target.fingerprint)
 
 
 def _vllm(target: Target, feature_dir: str | Path | None, vllm: VllmSourceSettings | None) -> FeatureSource:
