@@ -40,6 +40,8 @@ class Drafting:
     layer_ids: list[int]
     micro_per_epoch: int
     total_steps: int
+    embed: torch.Tensor  # the target's embedding and LM head weights on the drafter's device (frozen)
+    head: torch.Tensor
     kind: str = "dflash"  # trainer.dflash.kinds
     head_weight: float = 1.0
     planned_steps: int = 0  # total_steps as planned, before a time budget cut it short
@@ -50,6 +52,15 @@ def frozen_weight(module: nn.Module) -> torch.Tensor:
     weight = module.weight
     assert isinstance(weight, torch.Tensor)
     return weight
+
+
+def shared_weights(target: Target, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's embedding and LM head weights where the drafter trains. A target sharded over GPUs
+    (`target_device_map`) keeps its embedding on the first and its head on the last: each is copied to
+    the drafter's device once here (a tied pair once), never moved per step."""
+    embed, head = frozen_weight(target.embed_tokens), frozen_weight(target.lm_head)
+    moved = embed.detach().to(device)
+    return moved, moved if head is embed else head.detach().to(device)
 
 
 def step_loss(
@@ -72,8 +83,8 @@ def step_loss(
         loss_mask=step.loss_mask,
         anchors=anchors.to(step.input_ids.device, non_blocking=True),
         rows=valid_rows(step, anchors, block_size),
-        embed_weight=frozen_weight(target.embed_tokens),
-        lm_head_weight=frozen_weight(target.lm_head),
+        embed_weight=d.embed,
+        lm_head_weight=d.head,
         block_size=block_size,
         mask_token_id=d.mask_id,
         weights=weights,
@@ -128,9 +139,10 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         opt, lr_lambda(total_steps, int(cfg.warmup * total_steps), cfg.min_lr_ratio)
     )
     model, opt, sched = acc.prepare(drafter, opt, sched)
+    embed, head = shared_weights(target, acc.device)
     return Drafting(
         model, opt, sched, dcfg, mask_id, how, drafter.target_layer_ids, micro_per_epoch, total_steps,
-        cfg.drafter, cfg.head_weight,
+        embed, head, cfg.drafter, cfg.head_weight,
     )  # fmt: skip
 
 

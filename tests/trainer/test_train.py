@@ -19,6 +19,7 @@ from safetensors import safe_open
 from tests.trainer.dflash.test_model import expected_shapes
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
 from trainer import evaluate as evaluate_mod
+from trainer import train as train_mod
 from trainer.dflash.config import REQUIRED_KEYS
 from trainer.evaluate import evaluate
 from trainer.export import export
@@ -287,3 +288,32 @@ def test_a_time_budget_ends_training_at_a_step_and_keeps_the_drafter(
     assert summary["max_minutes"] == 1e-6
     assert (run / "drafter" / "config.json").is_file()
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+class HeadElsewhere(torch.nn.Module):
+    """The LM head of a target sharded over GPUs, as the drafter's device sees it: not to be read per step."""
+
+    @property
+    def weight(self) -> torch.Tensor:  # type: ignore[override]
+        raise AssertionError("the target's LM head was read after setup, from the device it lives on")
+
+
+@pytest.mark.parametrize("drafter", ["dflash", "dflash2", "dspark"])
+def test_the_loop_uses_the_targets_head_where_the_drafter_is(  # type: ignore[no-untyped-def]
+    tmp_path: Path, calls: Path, monkeypatch, drafter: str
+) -> None:
+    """A target sharded over GPUs (`target_device_map`) keeps its LM head on the last one, the drafter
+    trains on the first: steps and held-out evaluation use the copy made at setup, on the drafter's device."""
+    target = tiny_target(layers=4)  # its own: this one loses its head
+    setup = train_mod.make_drafting
+
+    def then_shard(*args):  # type: ignore[no-untyped-def]
+        d = setup(*args)
+        assert d.head.device == d.embed.device == torch.device("cpu")
+        target.model.set_output_embeddings(HeadElsewhere())
+        return d
+
+    monkeypatch.setattr(train_mod, "make_drafting", then_shard)
+    run = train(cfg(tmp_path, calls, name=drafter, drafter=drafter, max_steps=2, eval_every=1), target=target)
+    assert json.loads((run / "train_summary.json").read_text())["steps"] == 2
+    assert len((run / "heldout.jsonl").read_text().splitlines()) == 2
