@@ -129,6 +129,12 @@ class TrainConfig(BaseModel):
         "step); the drafter is saved, evaluated and exported as at that step. None: no budget.",
     )
     seed: int = Field(0, description="Seed of the sequence order, anchors and initialisation.")
+    dist_timeout_minutes: float = Field(
+        60.0,
+        gt=0,
+        description="How long a rank waits at a collective: rank 0 builds the data and loads the target "
+        "while the others wait (NCCL's default, 10 minutes, is shorter than a large export's build).",
+    )
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 on GPU, float32 on CPU."
     )
@@ -153,7 +159,12 @@ class TrainConfig(BaseModel):
     # bookkeeping
     save_every: int = Field(0, ge=0, description="Optimizer steps between checkpoints (0: each epoch end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept (oldest deleted).")
-    log_every: int = Field(1, ge=1, description="Optimizer steps between metrics lines.")
+    log_every: int = Field(
+        10,
+        ge=1,
+        description="Optimizer steps between metrics lines (each syncs the device to the host and reduces "
+        "over the ranks; the CPU config logs every step, which takes seconds there).",
+    )
     eval_every: int = Field(
         0,
         ge=0,

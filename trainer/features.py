@@ -41,6 +41,7 @@ from trainer.data import build as data_build
 from trainer.data.units import Unit, session_units
 from trainer.dflash.helpers import default_target_layer_ids
 from trainer.packed import TapsFn, unit_features
+from trainer.ranks import accelerator
 from trainer.sources import cache
 from trainer.sources.base import step_taps
 from trainer.sources.select import SOURCES, kind_of, make_source
@@ -184,7 +185,7 @@ def features(
         raise SystemExit(
             f"feature_source is {cfg.feature_source}: features are written from {' or '.join(writers)}"
         )
-    acc = Accelerator(cpu=not torch.cuda.is_available())
+    acc = accelerator(cfg)
     if cfg.target_device_map is not None and acc.num_processes > 1:
         raise SystemExit("target_device_map shards one target over the GPUs: run one process, not several")
     out = Path(out_dir)

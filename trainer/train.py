@@ -46,6 +46,7 @@ from trainer.feeding import StepFeed
 from trainer.heldout import HeldOut
 from trainer.packed import describe_steps, epoch_order, plan_steps, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
+from trainer.ranks import accelerator, out_of_time
 from trainer.rundir import open_run, resolve_data
 from trainer.sources.select import kind_of
 
@@ -61,13 +62,13 @@ def train(
     mp = cfg.mixed_precision
     if mp == "auto":
         mp = "bf16" if torch.cuda.is_available() else "no"
-    acc = Accelerator(
+    acc = accelerator(
+        cfg,
         mixed_precision=mp,
         gradient_accumulation_steps=cfg.grad_accum,
         step_scheduler_with_optimizer=False,
         log_with=list(cfg.trackers) or None,  # TensorBoard / W&B through accelerate, off by default
         project_dir=cfg.runs_dir,  # the run's own directory once its name is agreed (start_trackers)
-        cpu=not torch.cuda.is_available(),  # several CPU processes (torchrun) then train as DDP over gloo
     )
     cfg, run_dir = open_run(acc, cfg, argv)
     start_trackers(acc, cfg, run_dir)
@@ -212,14 +213,6 @@ def loop(
     finally:
         progress.close()
     return meter
-
-
-def out_of_time(acc: Accelerator, t0: float, minutes: float) -> bool:
-    """Whether the budget is spent, as every rank agrees (the slowest rank's clock decides)."""
-    spent = float(time.monotonic() - t0 > minutes * 60)
-    if acc.num_processes == 1:
-        return bool(spent)
-    return bool(acc.reduce(torch.tensor([spent], device=acc.device), "max").item())
 
 
 def train_step(

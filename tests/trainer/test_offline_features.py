@@ -61,7 +61,7 @@ def config(model_dir: Path, calls: Path, runs: Path, **kw: Any) -> TrainConfig:
     base = dict(
         target=str(model_dir), data=str(calls), runs_dir=str(runs), num_layers=1, block_size=4,
         mask_token_id=MASK, max_len=256, eval_fraction=0.3, max_steps=3, lr=3e-3, anchors=16,
-        target_layer_ids=TAPS,
+        target_layer_ids=TAPS, log_every=1,
     )  # fmt: skip
     return TrainConfig(**{**base, **kw})
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from trainer import train as train_mod
 from trainer.dflash.config import REQUIRED_KEYS
 from trainer.evaluate import evaluate
 from trainer.export import export
+from trainer.ranks import accelerator
 from trainer.train import TrainConfig, latest_checkpoint, train
 
 
@@ -68,6 +70,7 @@ def cfg(tmp: Path, calls: Path, **over) -> TrainConfig:  # type: ignore[no-untyp
         anchors=32,
         eval_prompts=2,
         eval_max_new_tokens=12,
+        log_every=1,
     )
     base.update(over)
     return TrainConfig(**base)
@@ -317,3 +320,18 @@ def test_the_loop_uses_the_targets_head_where_the_drafter_is(  # type: ignore[no
     run = train(cfg(tmp_path, calls, name=drafter, drafter=drafter, max_steps=2, eval_every=1), target=target)
     assert json.loads((run / "train_summary.json").read_text())["steps"] == 2
     assert len((run / "heldout.jsonl").read_text().splitlines()) == 2
+
+
+def test_ranks_wait_as_long_as_configured_and_cuda_segments_expand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 builds the data while the others wait at a barrier: NCCL's 10-minute default would end a
+    large run's start. And a step's sizes vary all run long, which fixed CUDA segments fragment."""
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        monkeypatch.setenv(name, "")  # recorded, so the test's own setting is undone after it
+        monkeypatch.delenv(name)
+    acc = accelerator(TrainConfig(target="tiny", dist_timeout_minutes=90))
+    assert acc.init_handler is not None
+    assert acc.init_handler.timeout == timedelta(minutes=90)
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")  # a user's own is kept
+    accelerator(TrainConfig(target="tiny"))
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "backend:cudaMallocAsync"
