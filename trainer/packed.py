@@ -45,8 +45,9 @@ class PackedStep:
         return int((self.cpu_mask if self.cpu_mask.numel() else self.loss_mask).sum())
 
 
-# ([1, T] ids, start) -> [1, T - start, n_taps*H]: the features of positions start.. of a whole sequence
-TapsFn = Callable[[torch.Tensor, int], torch.Tensor]
+# (a whole sequence's ids on the host, start) -> [1, T - start, n_taps*H]: the features of positions
+# start.. of it. Host ids: looking a sequence up by ids on the accelerator would read them back (a sync).
+TapsFn = Callable[[list[int], int], torch.Tensor]
 
 
 def unit_features(
@@ -59,11 +60,11 @@ def unit_features(
     parts = []
     cache = target.new_cache()
     for i, seg in enumerate(unit.segments):
+        if taps_fn is not None:
+            parts.append(taps_fn(seg.seq.input_ids, seg.shared).to(device, non_blocking=True))
+            continue
         ids = torch.tensor(seg.seq.input_ids, dtype=torch.long, device=device)[None]
         last = i == len(unit.segments) - 1
-        if taps_fn is not None:
-            parts.append(taps_fn(ids, seg.shared).to(device))
-            continue
         if seg.shared == 0 and last:  # nothing to continue from, nothing continues from it: no cache kept
             parts.append(target.tap(ids, layer_ids).to(device))
             continue
@@ -138,13 +139,21 @@ class FeatureMemo:
             left = None if self.left is None else self.left.get(key, 1) - 1
             if left is None or left > 0:
                 if key not in self.held:
-                    self.held[key] = (src, feats.cpu())  # the Unit kept too: its id stays its own
+                    self.held[key] = (src, to_host(feats))  # the Unit kept too: its id stays its own
                 if self.left is not None:
                     self.left[key] = left  # type: ignore[assignment]
             else:
                 self.held.pop(key, None)
                 self.left.pop(key, None)  # type: ignore[union-attr]
         return out, computed
+
+
+def to_host(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in host memory without the host waiting: into pinned memory on the current stream, so its
+    copy back (``make_step``, same stream) is ordered after it. A CPU tensor is already there."""
+    if not t.is_cuda:
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
 
 
 def make_step(
@@ -196,7 +205,7 @@ def step_for(
         # features in the training dtype: bf16 files feed a float32 CPU drafter as float32
         dtype = next(target.embed_tokens.parameters()).dtype
 
-        def taps_fn(ids: torch.Tensor, start: int) -> torch.Tensor:
+        def taps_fn(ids: list[int], start: int) -> torch.Tensor:
             return from_source(ids, start).to(dtype)
 
     return make_step(target, units, layer_ids, device, taps_fn, memo)

@@ -76,10 +76,10 @@ def step_taps(
     sequences: Sequence[Sequence[int]],
     layer_ids: Sequence[int],
     starts: Sequence[int] | None = None,
-) -> Callable[[torch.Tensor, int], torch.Tensor]:
+) -> Callable[[Sequence[int], int], torch.Tensor]:
     """A packed step's `taps_fn`: every sequence of the step asked of `source` in one batch (so a
     sequence that is a prefix of another is sent once, and a server sees them concurrently), then served
-    by ids and first position — `[1, T]` on a device, `start` → `[1, T − start, n·H]` on that device.
+    by ids and first position — the host ids, `start` → `[1, T − start, n·H]` where the source keeps it.
     `starts`: the first position each sequence needs (a segment sharing a prefix needs only the rest); a
     source that stores only those rows (`cache`: `taps_tails`) then reads nothing more."""
     starts = list(starts) if starts is not None else [0] * len(sequences)
@@ -90,7 +90,7 @@ def step_taps(
         got = [f[a:] for f, a in zip(source.taps_many(sequences, layer_ids), starts, strict=True)]
     feats = {(tuple(s), a): f for s, a, f in zip(sequences, starts, got, strict=True)}
 
-    def taps(input_ids: torch.Tensor, start: int) -> torch.Tensor:
-        return feats[(tuple(input_ids[0].tolist()), start)].to(input_ids.device)[None]
+    def taps(input_ids: Sequence[int], start: int) -> torch.Tensor:
+        return feats[(tuple(input_ids), start)][None]
 
     return taps

@@ -113,10 +113,21 @@ def test_a_re_rendered_call_shares_its_common_prefix_and_sees_its_full_context()
         unit,
         drafter.target_layer_ids,
         torch.device("cpu"),
-        lambda ids, start: target.tap(ids, drafter.target_layer_ids)[:, start:],
+        lambda ids, start: target.tap(torch.tensor(ids)[None], drafter.target_layer_ids)[:, start:],
     )
     assert served.shape == feats.shape
     assert torch.allclose(served, feats, atol=1e-5)
+    # the source is asked by the ids on the host: looking them up on an accelerator would read them back
+    # (a sync per segment); `meta` stands for the accelerator, whose tensors the host cannot read
+    asked: list[object] = []
+
+    def source(ids: list[int], start: int) -> torch.Tensor:
+        asked.append(ids)
+        return torch.zeros(1, len(ids) - start, feats.shape[-1])
+
+    on_device = unit_features(target, unit, drafter.target_layer_ids, torch.device("meta"), source)
+    assert asked == [first.input_ids, second_ids]
+    assert on_device.shape == feats.shape
     # and the second call's loss on the packed unit equals its loss computed alone on its full context
     step = make_step(target, [unit], drafter.target_layer_ids, torch.device("cpu"))
     anchors = torch.tensor([len(second_ids) - 12, len(second_ids) - 7, len(second_ids) - 3])
