@@ -126,6 +126,7 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         # FSDP has already resharded the root's parameters; DDP keeps every parameter whole
         raise ValueError(f"drafter={cfg.drafter} trains on one process or with DDP, not FSDP")
     drafter = KINDS[cfg.drafter].model(dcfg).to(acc.device)
+    drafter.checkpoint_layers = cfg.activation_checkpointing
     n_params = sum(p.numel() for p in drafter.parameters())
     acc.print(
         f"drafter: {cfg.drafter}, {cfg.num_layers} layers, {n_params / 1e6:.2f}M parameters, block {cfg.block_size}, "

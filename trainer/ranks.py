@@ -10,20 +10,24 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import InitProcessGroupKwargs
+from accelerate.utils import DistributedDataParallelKwargs, InitProcessGroupKwargs
 
 from trainer.config import TrainConfig
 
 
 def accelerator(cfg: TrainConfig, **kwargs: Any) -> Accelerator:
-    """The run's Accelerator: ranks wait `dist_timeout_minutes` at a collective, and CUDA's allocator
-    grows segments in place (a step's sizes vary all run long: fixed segments fragment into OOMs)."""
+    """The run's Accelerator: ranks wait `dist_timeout_minutes` at a collective, DDP keeps no second copy
+    of the gradients, and CUDA's allocator grows segments in place (a step's sizes vary all run long:
+    fixed segments fragment into OOMs)."""
     if "PYTORCH_ALLOC_CONF" not in os.environ:  # read when CUDA first allocates, so set before
         os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     timeout = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.dist_timeout_minutes))
+    # DDP's gradients as views of its all-reduce buckets: not a second copy of every gradient (3.9 GiB
+    # for a Qwen3-8B drafter)
+    ddp = DistributedDataParallelKwargs(gradient_as_bucket_view=True)
     return Accelerator(
         cpu=not torch.cuda.is_available(),  # several CPU processes (torchrun) then train as DDP over gloo
-        kwargs_handlers=[timeout],
+        kwargs_handlers=[timeout, ddp],
         **kwargs,
     )
 

@@ -331,6 +331,8 @@ def test_ranks_wait_as_long_as_configured_and_cuda_segments_expand(monkeypatch: 
     acc = accelerator(TrainConfig(target="tiny", dist_timeout_minutes=90))
     assert acc.init_handler is not None
     assert acc.init_handler.timeout == timedelta(minutes=90)
+    assert acc.ddp_handler is not None
+    assert acc.ddp_handler.gradient_as_bucket_view  # no second copy of the gradients
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync")  # a user's own is kept
     accelerator(TrainConfig(target="tiny"))

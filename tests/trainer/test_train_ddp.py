@@ -28,6 +28,7 @@ def test_ddp_two_processes_on_cpu(tmp_path: Path) -> None:
         "eval_fraction=0.3",
         "epochs=2",
         "anchors=16",
+        "activation_checkpointing=true",  # recomputed layers under DDP's gradient hooks
     ]
     torchrun("trainer.train", *(x for a in args for x in ("--set", a)))
     runs = [p for p in (tmp_path / "runs").iterdir() if p.name != "latest"]

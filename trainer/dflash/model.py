@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers import Qwen3Config
 from transformers.activations import ACT2FN
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
@@ -179,6 +180,9 @@ class DFlashDraftModel(nn.Module):
 
     layer_cls: type[nn.Module] = DFlashDecoderLayer
     query_shift = 0
+    # Training: recompute each layer in backward, so one layer's activations are alive at a time, not
+    # all of them (≈ 8.7 GiB per layer at 32k query slots of a Qwen3-8B drafter; `trainer plan-memory`).
+    checkpoint_layers = False
 
     def __init__(self, cfg: Qwen3Config, rope_style: str = "neox") -> None:
         super().__init__()
@@ -233,7 +237,11 @@ class DFlashDraftModel(nn.Module):
             past = None
             if cache is not None and cache.length:
                 past = (cache.keys[i], cache.values[i])
-            x, (k_ctx, v_ctx) = layer(x, ctx, rope_q, rope_ctx, attention_mask, self.rope_style, past)
+            args = (x, ctx, rope_q, rope_ctx, attention_mask, self.rope_style, past)
+            if self.checkpoint_layers and cache is None and torch.is_grad_enabled():
+                x, (k_ctx, v_ctx) = checkpoint(layer, *args, use_reentrant=False)
+            else:
+                x, (k_ctx, v_ctx) = layer(*args)
             if cache is not None:
                 if i < len(cache.keys):
                     cache.keys[i], cache.values[i] = k_ctx, v_ctx

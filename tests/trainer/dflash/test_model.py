@@ -14,6 +14,7 @@ from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash.config import REQUIRED_KEYS, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel, DraftCache, rotate
+from trainer.dflash.objective import dflash_loss
 
 # The tensors of a released DFlashDraftModel checkpoint, per drafter layer and at the top.
 LAYER_TENSORS = {
@@ -246,3 +247,31 @@ def test_flex_attention_path_equals_the_explicit_mask() -> None:
     dense = drafter(noise, taps, pos, H.block_attention_mask(anchors, 40, 4))
     flex = drafter(noise, taps, pos, _flex_mask(anchors, 40, 4, torch.device("cpu")))
     assert torch.allclose(dense, flex, atol=1e-5)
+
+
+def test_checkpointed_layers_give_the_same_gradients() -> None:
+    """`activation_checkpointing`: each layer recomputed in backward, the same loss and gradients."""
+    target = tiny_target()
+    grads = []
+    for on in (False, True):
+        drafter = tiny_drafter(target, block_size=4).train()
+        drafter.checkpoint_layers = on
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(1, 200, (120,), generator=gen)
+        taps = torch.randn(1, 120, 2 * 64, generator=gen)
+        out = dflash_loss(
+            drafter,
+            taps=taps,
+            input_ids=ids,
+            loss_mask=torch.ones_like(ids),
+            anchors=torch.tensor([10, 50, 90]),
+            embed_weight=target.embed_tokens.weight,
+            lm_head_weight=target.lm_head.weight,
+            block_size=4,
+            mask_token_id=MASK,
+            weights=H.loss_weights(4, 2.0),
+        )
+        out.loss.backward()
+        grads.append({n: p.grad for n, p in drafter.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    assert all(torch.allclose(grads[0][n], grads[1][n], atol=1e-6) for n in grads[0])
