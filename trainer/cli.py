@@ -14,6 +14,7 @@ from trainer.dflash.engine import engine_factory
 from trainer.evaluate import eval_command
 from trainer.export import export_command
 from trainer.features import features_command, write_features_command
+from trainer.memplan_cli import plan_memory_command
 from trainer.parity_cli import parity_command
 from trainer.regenerate import regenerate_command
 from trainer.replay import replay_command
@@ -100,3 +101,4 @@ app.command("features")(features_command)
 app.command("parity")(parity_command)
 app.command("regenerate")(regenerate_command)
 app.command("write-features")(write_features_command)  # `features` for an existing run's data
+app.command("plan-memory")(plan_memory_command)
