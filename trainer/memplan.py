@@ -224,7 +224,10 @@ def largest(cfg: TrainConfig, tcfg: PretrainedConfig, key: str, budget: float, g
     gives a guess, lowered 5 % at a time until its own plan fits."""
 
     def total(x: int) -> float:
-        return plan(cfg.model_copy(update={key: x}), tcfg, gpus).total
+        update: dict[str, Any] = {key: x}
+        if key == "step_anchors":  # x anchors in the step, whatever the per-sequence rate would draw
+            update.update(anchors=x, anchor_tokens=None)
+        return plan(cfg.model_copy(update=update), tcfg, gpus).total
 
     x0 = int(getattr(cfg, key) or step_anchor_count(cfg))
     f0, f1 = total(x0), total(2 * x0)
