@@ -16,6 +16,8 @@ import typer
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 
+from clikit.errors import ClikitError
+
 M = TypeVar("M", bound=BaseModel)
 # Where each field of a command's settings came from, per settings object: a weak reference to the object
 # (pydantic models are not hashable) found by identity, never by id(), so a later object that reuses an
@@ -24,7 +26,7 @@ _SOURCES: list[tuple[weakref.ref[BaseModel], dict[str, str]]] = []
 _CTX = "clikit_context"  # typer injects the click context into a parameter of this type
 
 
-class SettingsError(typer.Exit):
+class SettingsError(typer.Exit, ClikitError):
     """Raised (exit 2) after the offending options were printed."""
 
     def __init__(self) -> None:

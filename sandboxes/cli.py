@@ -23,6 +23,7 @@ from records.agents import AGENT_NAMES, AgentName
 from sandboxes.config import SandboxSettings
 from sandboxes.envimage import gc_env_images
 from sandboxes.environment import prepare
+from sandboxes.errors import SandboxInputError
 from sandboxes.gc import collect
 from sandboxes.images.build import build_agents
 from sandboxes.session import SessionRequest, run_session
@@ -83,7 +84,7 @@ class TryOptions(BaseModel):
     @classmethod
     def _task_or_command(cls, task: str, info: ValidationInfo) -> str:
         if not task and not info.data.get("command"):
-            raise ValueError("a task is needed (or --command)")
+            raise SandboxInputError("a task is needed (or --command)")
         return task
 
 

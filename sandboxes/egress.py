@@ -24,6 +24,7 @@ import docker
 import requests
 from docker.models.containers import Container
 
+from sandboxes.errors import SandboxSetupError
 from sandboxes.files import tar_files
 from sandboxes.images.build import _digest, _exists, build_base
 
@@ -127,7 +128,7 @@ def _build(client: docker.DockerClient, base: str, tag: str) -> None:
     )
     for chunk in stream:
         if "error" in chunk:
-            raise RuntimeError(f"egress image build failed: {chunk['error']}")
+            raise SandboxSetupError(f"egress image build failed: {chunk['error']}")
 
 
 def egress_network(client: docker.DockerClient) -> str:
@@ -210,7 +211,7 @@ class EgressProxy:
             with contextlib.suppress(OSError), socket.create_connection((host_side, SQUID_PORT), timeout=1):
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"egress proxy did not listen within {timeout:.0f} s: {self._logs()}")
+        raise SandboxSetupError(f"egress proxy did not listen within {timeout:.0f} s: {self._logs()}")
 
     def _logs(self) -> str:
         if self.container is None:

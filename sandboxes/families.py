@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import docker
 
+from sandboxes.errors import SandboxInputError, SandboxSetupError
 from sandboxes.images.build import _digest, _exists
 
 PY_CA = "/etc/ssl/certs/ca-certificates.crt"
@@ -95,7 +96,7 @@ SUITE_FAMILIES: dict[str, dict[str, Family]] = {
 def family_for(name: str, suite: str) -> Family:
     """The family's toolchain on the Debian `suite` of the base image (bookworm's where the suite adds none)."""
     if name not in FAMILIES:
-        raise ValueError(f"unknown language family {name!r}; known: {', '.join(FAMILIES)}")
+        raise SandboxInputError(f"unknown language family {name!r}; known: {', '.join(FAMILIES)}")
     return SUITE_FAMILIES.get(suite, {}).get(name, FAMILIES[name])
 
 
@@ -156,4 +157,4 @@ def _build(client: docker.DockerClient, agents: str, family: Family, tag: str) -
     )
     for chunk in stream:
         if "error" in chunk:
-            raise RuntimeError(f"{family.name} toolchain image build failed: {chunk['error']}")
+            raise SandboxSetupError(f"{family.name} toolchain image build failed: {chunk['error']}")

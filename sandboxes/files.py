@@ -9,6 +9,8 @@ import time
 from pathlib import PurePosixPath
 from typing import Any
 
+from sandboxes.errors import SandboxSetupError
+
 
 def _info(name: str, uid: int, mode: int, size: int = 0, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name.lstrip("/"))
@@ -42,5 +44,5 @@ def read_file(container: Any, path: str) -> bytes:
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         member = tar.extractfile(tar.getmembers()[0])
         if member is None:
-            raise RuntimeError(f"{path} in the sandbox is not a regular file")
+            raise SandboxSetupError(f"{path} in the sandbox is not a regular file")
         return member.read()

@@ -20,6 +20,8 @@ import docker
 from docker.models.networks import Network
 from docker.types import IPAMConfig, IPAMPool
 
+from sandboxes.errors import SandboxSetupError
+
 RULE_TAG = "dflash-sandbox"
 
 
@@ -31,7 +33,7 @@ def _run(args: list[str]) -> None:
     res = subprocess.run(args, capture_output=True, text=True)
     if res.returncode != 0:
         # Keep the message: "Permission denied (you must be root)" is the usual one.
-        raise RuntimeError(f"{' '.join(args[:2])} failed: {res.stderr.strip()}")
+        raise SandboxSetupError(f"{' '.join(args[:2])} failed: {res.stderr.strip()}")
 
 
 def _taken_subnets(client: docker.DockerClient) -> list[ipaddress.IPv4Network]:
@@ -110,7 +112,7 @@ class ConfinedNetwork:
         self.gateway = self.network.attrs["IPAM"]["Config"][0]["Gateway"].split("/")[0]
         # Drop all input from the bridge now; the relay's port is opened by `allow`.
         if shutil.which("iptables") is None:
-            raise RuntimeError("iptables is required to confine sandboxes (apt-get install iptables)")
+            raise SandboxSetupError("iptables is required to confine sandboxes (apt-get install iptables)")
         self._insert("iptables", ["-i", self.bridge, "-j", "DROP"])
         if shutil.which("ip6tables"):
             # Without IPv6 in the kernel this fails; the container has IPv6 disabled anyway.
@@ -135,7 +137,7 @@ class ConfinedNetwork:
                 # Another run took the same subnet a moment ago: try the next one.
                 if "overlap" not in str(exc).lower() or attempt >= 20:
                     raise
-        raise RuntimeError(
+        raise SandboxSetupError(
             f"no free /{self.subnet_prefix} left in {self.subnet_pool}; set DFLASH_SANDBOX_SUBNET_POOL"
         )
 

@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from sandboxes.errors import SandboxInputError
+
 GIT_ID = ["-c", "user.name=sandbox", "-c", "user.email=sandbox@localhost", "-c", "init.defaultBranch=main"]
 # A throwaway repository that lives as long as one session: store objects uncompressed and skip fsync
 # (about half the time of `git add` here; the tar grows by roughly the tree's compressible share).
@@ -25,7 +27,7 @@ def _git(args: list[str], *, cwd: Path | None = None, data: bytes | None = None)
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
     res = subprocess.run(["git", *args], cwd=cwd, input=data, capture_output=True, env=env)
     if res.returncode != 0:
-        raise ValueError(f"git {' '.join(args[:3])}: {res.stderr.decode(errors='replace').strip()}")
+        raise SandboxInputError(f"git {' '.join(args[:3])}: {res.stderr.decode(errors='replace').strip()}")
     return res.stdout
 
 
@@ -38,7 +40,7 @@ def resolve(repo: Path, rev: str) -> str:
             .strip()
         )
     except ValueError as exc:
-        raise ValueError(f"{rev!r} is not a commit in {repo}: {exc}") from None
+        raise SandboxInputError(f"{rev!r} is not a commit in {repo}: {exc}") from None
 
 
 def checkout_tar(repo: Path, rev: str, name: str, uid: int) -> tuple[bytes, str]:

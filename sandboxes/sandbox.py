@@ -25,6 +25,7 @@ from docker.models.containers import Container
 from sandboxes import cgroups
 from sandboxes.config import SandboxSettings
 from sandboxes.egress import EgressProxy
+from sandboxes.errors import SandboxInputError, SandboxSetupError
 from sandboxes.files import read_file, tar_files
 from sandboxes.labels import labels
 from sandboxes.network import ConfinedNetwork
@@ -99,7 +100,7 @@ class Sandbox:
         )
         target = urlsplit(spec.proxy_url)
         if target.scheme != "http" or not target.hostname:
-            raise ValueError(f"--proxy must be an http URL with a host, got {spec.proxy_url!r}")
+            raise SandboxInputError(f"--proxy must be an http URL with a host, got {spec.proxy_url!r}")
         self._proxy_path = target.path.rstrip("/")
         self.commit = resolve(spec.repo, spec.commit)  # a bad revision fails before anything is created
         self.relay = TcpRelay("0.0.0.0", target.hostname, target.port or 80)
@@ -217,7 +218,7 @@ class Sandbox:
         self.relay.stop()
         self._timed("teardown", t)
         if errors:
-            raise RuntimeError(
+            raise SandboxSetupError(
                 "sandbox teardown incomplete (run `python -m sandboxes gc`): " + "; ".join(errors)
             )
 
@@ -310,6 +311,6 @@ class Sandbox:
             ["sh", "-c", f"git add -A && git diff --cached --binary {self.base_sha} > {out}"], timeout=120
         )
         if res.exit_code != 0:
-            raise RuntimeError(f"collecting the patch failed: {res.stderr.decode()}")
+            raise SandboxSetupError(f"collecting the patch failed: {res.stderr.decode()}")
         assert self.container is not None
         return read_file(self.container, out)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from clikit.errors import ClikitError
 from factory.errors import FactoryError
 from proxy.errors import ProxyError
 from records.errors import RecordsError
@@ -17,8 +20,11 @@ from sandboxes.errors import SandboxError
 from serving.errors import ServingError
 from standin.errors import StandinError
 from trainer.errors import TrainerError
+from wire.errors import WireError
 
 BASES: dict[str, type[Exception]] = {
+    "clikit": ClikitError,
+    "wire": WireError,
     "records": RecordsError,
     "standin": StandinError,
     "serving": ServingError,
@@ -53,3 +59,17 @@ def test_every_exception_of_a_package_derives_from_its_base(package: str) -> Non
 def test_no_two_exceptions_share_a_name() -> None:
     names = Counter(c.__name__ for package in BASES for c in raised_here(package))
     assert [n for n, k in names.items() if k > 1] == []
+
+
+@pytest.mark.parametrize("package", ["sandboxes", "wire", "clikit"])
+def test_no_bare_builtin_error_is_raised_where_a_package_has_its_own(package: str) -> None:
+    """A user meets these errors: each is the package's own (beside the builtin type, for old callers)."""
+    root = Path(__file__).resolve().parents[1] / package
+    bare = re.compile(r"raise (RuntimeError|ValueError|TypeError|KeyError)\(")
+    found = [
+        f"{path.relative_to(root.parent)}:{n}"
+        for path in sorted(root.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert found == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from wire.errors import WireError
 from wire.shapes import shape_of
 
 
@@ -19,5 +20,5 @@ def client_view(api: str, chat: dict[str, Any], request_body: bytes) -> dict[str
         request = {}
     shape = shape_of(api)
     if shape is None or shape.from_chat is None:
-        raise ValueError(f"{api!r} is not translated: its reply is the Chat reply itself")
+        raise WireError(f"{api!r} is not translated: its reply is the Chat reply itself")
     return shape.from_chat(chat, request)

@@ -1,9 +1,14 @@
-"""The event each API's client reads as 'the stream failed', ending the stream (the proxy sends it when the
-upstream or the proxy itself cuts a stream short)."""
+"""The wire formats' errors: ``WireError``, the base of what `wire` raises on purpose (a ``ValueError``, which
+callers of a parser already catch); and the event each API's client reads as 'the stream failed', ending
+the stream (the proxy sends it when the upstream or the proxy itself cuts a stream short)."""
 
 from __future__ import annotations
 
 import json
+
+
+class WireError(ValueError):
+    """A body, stream or API the translations cannot take."""
 
 
 def anthropic_stream_error(message: str) -> bytes:

@@ -6,6 +6,7 @@ from sandboxes.agents.base import Agent, AgentContext
 from sandboxes.agents.claude_code import ClaudeCode
 from sandboxes.agents.codex import Codex
 from sandboxes.agents.opencode import OpenCode
+from sandboxes.errors import SandboxInputError
 
 AGENTS: dict[str, type[Agent]] = {cls.name: cls for cls in (ClaudeCode, Codex, OpenCode)}
 
@@ -14,7 +15,7 @@ def get_agent(name: str) -> Agent:
     try:
         return AGENTS[name]()
     except KeyError:
-        raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}") from None
+        raise SandboxInputError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}") from None
 
 
 __all__ = ["AGENTS", "Agent", "AgentContext", "get_agent"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from records.agents import AgentName
+from sandboxes.errors import SandboxSetupError
 
 AGENT_PACKAGES: dict[str, tuple[str, str, str]] = {
     # agent name: (npm package, version, binary name)
@@ -44,7 +45,7 @@ def binary(prefix: Path, agent: str) -> Path:
 def ensure_installed(prefix: Path) -> dict[str, Path]:
     """Install missing or mismatched CLIs; return agent -> binary path. Idempotent and quick when current."""
     if shutil.which("npm") is None:
-        raise RuntimeError("npm is required to install the agent CLIs (apt-get install nodejs npm)")
+        raise SandboxSetupError("npm is required to install the agent CLIs (apt-get install nodejs npm)")
     wanted = [
         f"{pkg}@{ver}" for pkg, ver, _ in AGENT_PACKAGES.values() if installed_version(prefix, pkg) != ver
     ]

@@ -17,6 +17,7 @@ from docker.errors import ImageNotFound
 from records.agents import AgentName
 from sandboxes.agents.npm_install import AGENT_PACKAGES, NODE_RUNTIME
 from sandboxes.config import SandboxSettings
+from sandboxes.errors import SandboxSetupError
 from sandboxes.images.mirror import host_mirror
 
 DOCKERFILE = Path(__file__).with_name("Dockerfile.agents")
@@ -94,11 +95,11 @@ def build_base(client: docker.DockerClient, settings: SandboxSettings, log: Log 
         client.images.pull(tag)
         return tag
     if shutil.which("debootstrap") is None:
-        raise RuntimeError(
+        raise SandboxSetupError(
             "no base image registry configured and debootstrap is missing (apt-get install debootstrap)"
         )
     if os.geteuid() != 0:
-        raise RuntimeError(
+        raise SandboxSetupError(
             "debootstrap needs root; run `python -m sandboxes build` as root or set DFLASH_SANDBOX_BASE_IMAGE"
         )
     mirror = settings.mirror or host_mirror(settings.suite)
@@ -127,7 +128,7 @@ def build_base(client: docker.DockerClient, settings: SandboxSettings, log: Log 
             stdout=subprocess.DEVNULL,
         )
         if tar.wait() != 0:
-            raise RuntimeError("tar of the debootstrap root failed")
+            raise SandboxSetupError("tar of the debootstrap root failed")
     return tag
 
 
@@ -164,7 +165,7 @@ def build_agents(client: docker.DockerClient, settings: SandboxSettings, log: Lo
         )
         for chunk in stream:
             if "error" in chunk:
-                raise RuntimeError(f"agents image build failed: {chunk['error']}")
+                raise SandboxSetupError(f"agents image build failed: {chunk['error']}")
             line = str(chunk.get("stream", "")).rstrip()
             if line.startswith("Step "):
                 log(line)

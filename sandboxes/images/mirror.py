@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sandboxes.errors import SandboxSetupError
+
 
 def parse_sources(text: str, suite: str | None = None) -> list[str]:
     """Mirror URIs in one-line (`deb URI suite ...`) or deb822 (`URIs:`/`Suites:`) sources text."""
@@ -55,6 +57,6 @@ def host_mirror(suite: str, root: Path = Path("/")) -> str:
             mirrors = parse_sources(text, want)
             if mirrors:
                 return mirrors[0]
-    raise RuntimeError(
+    raise SandboxSetupError(
         f"no Debian apt source under {root}/etc/apt to build {suite!r}; set DFLASH_SANDBOX_MIRROR"
     )

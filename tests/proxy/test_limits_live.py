@@ -105,12 +105,14 @@ def test_headers_reach_the_upstream_as_the_client_sent_them(upstream, tmp_path):
         for extra in (b"", "x-note: café ☕\r\nuser-agent: claude-cli/2 (é)\r\n".encode()):
             sock = connect(proxy.url)
             sock.sendall(
-                b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n"
+                b"POST /v1/messages HTTP/1.1\r\nhost: x\r\nconnection: close\r\n"
                 + extra
                 + b"content-length: %d\r\n\r\n" % len(body)
                 + body
             )
-            assert read_reply(sock, timeout=3).startswith(b"HTTP/1.1 200")
+            reply, closed = read_until_closed(sock)  # the whole reply, then the server's close: no idle wait
+            assert closed
+            assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
             sock.close()
         rows = proxy.rows()
     bare, noted = upstream_requests(upstream)
