@@ -134,7 +134,7 @@ def test_the_cli_prints_the_table_and_a_too_long_prompt_fails_alone(
     out = tmp_path / "out"
     result = CliRunner().invoke(app, cli_args(data, plain, spec, out))
     assert result.exit_code == 0, result.output
-    assert "Traceback" not in result.output
+    assert result.exception is None  # the runner keeps an escaped exception here, never in the output
     assert "| 1 | dflash |" in result.output
     assert (
         "too-long on base (concurrency 1): HTTP 400: This model's maximum context length is 256 tokens"
