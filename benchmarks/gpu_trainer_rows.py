@@ -65,7 +65,7 @@ def prefetch(run: Run, cfg: TrainConfig, n: int) -> None:
             t0 = time.perf_counter()
             for pick in range(len(steps)):
                 if epoch and pick + 1 < len(steps):
-                    feed.prefetch(pick + 1)
+                    feed.prefetch(pick + 1, steps[pick + 1])
                 out, *_ = train_mod.train_step(
                     acc, cfg, run.target, d, steps[pick], pick, run.micro, run.weights, run.flex, feed
                 )

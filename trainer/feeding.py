@@ -5,12 +5,16 @@
   the accelerator: a run's cached features may be far larger than its memory);
 - a kept step is copied to the accelerator on a side stream while the step before it computes, so a
   cached epoch never waits on a host-to-device copy (``prefetch`` then ``take``: the compute stream waits
-  on that copy's event alone, and every copied tensor is recorded on it before it can be freed).
+  on that copy's event alone, and every copied tensor is recorded on it before it can be freed);
+- features from files or a server (``cache``, ``vllm``) are read on a thread of their own while the step
+  before trains (gigabytes a step from disk for a large target), into pinned memory on a GPU host; one
+  read at a time, so the memo of split sessions is never shared by two threads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
@@ -18,6 +22,7 @@ from standin.model import Target
 from trainer.config import TrainConfig
 from trainer.data.units import Unit
 from trainer.packed import FeatureMemo, PackedStep, step_for
+from trainer.sources.select import kind_of
 
 
 class StepFeed:
@@ -29,15 +34,24 @@ class StepFeed:
         self.kept: dict[int, PackedStep] = {}
         self.ahead: dict[int, tuple[PackedStep, torch.cuda.Event]] = {}
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        in_process = kind_of(cfg.feature_source).in_process  # the target computes them: on this stream
+        self.reader = None if in_process else ThreadPoolExecutor(1, thread_name_prefix="feature-reader")
+        self.reading: dict[int, Future[PackedStep]] = {}
 
     def new_epoch(self, steps: list[list[Unit]]) -> None:
         """The steps this rank takes this epoch, in order: a split session's features are kept until
         its last part among them."""
         self.memo.plan(steps)
 
-    def prefetch(self, pick: int) -> None:
-        """Start copying a kept step to the accelerator (no-op when it is not kept or not on a GPU)."""
-        if self.stream is None or pick not in self.kept or pick in self.ahead:
+    def prefetch(self, pick: int, units: list[Unit] | None = None) -> None:
+        """Start bringing step `pick` closer: a kept step copied to the accelerator (on a GPU), or a step
+        whose features come from files or a server read on the reader thread."""
+        if pick not in self.kept:
+            if self.reader is not None and units is not None and pick not in self.reading:
+                self._settle()
+                self.reading[pick] = self.reader.submit(self._read, units)
+            return
+        if self.stream is None or pick in self.ahead:
             return
         with torch.cuda.stream(self.stream):
             step = to_device(self.kept[pick], self.device)
@@ -55,10 +69,24 @@ class StepFeed:
             return step, 0
         if pick in self.kept:
             return to_device(self.kept[pick], self.device), 0
-        step = step_for(self.cfg, self.target, units, self.layer_ids, self.device, self.memo)
+        if pick in self.reading:
+            step = to_device(self.reading.pop(pick).result(), self.device)
+        else:
+            self._settle()
+            step = step_for(self.cfg, self.target, units, self.layer_ids, self.device, self.memo)
         if self.cfg.cache_features:
             self.kept[pick] = host_copy(step)
         return step, step.target_tokens
+
+    def _read(self, units: list[Unit]) -> PackedStep:
+        """On the reader thread: the step built on the host, pinned when a GPU will read it."""
+        step = step_for(self.cfg, self.target, units, self.layer_ids, torch.device("cpu"), self.memo)
+        return host_copy(step, pin=self.device.type == "cuda")
+
+    def _settle(self) -> None:
+        """Wait for the read in flight (its step stays for `take`)."""
+        for future in list(self.reading.values()):
+            future.result()
 
 
 def _tensors(step: PackedStep) -> list[torch.Tensor]:
@@ -66,9 +94,10 @@ def _tensors(step: PackedStep) -> list[torch.Tensor]:
     return [step.taps, step.input_ids, step.loss_mask, layout.seg, layout.pos, layout.share]
 
 
-def host_copy(step: PackedStep) -> PackedStep:
-    """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy)."""
-    pin = step.taps.is_cuda
+def host_copy(step: PackedStep, pin: bool | None = None) -> PackedStep:
+    """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy);
+    `pin`: whether to pin (default: when the step is on a GPU now)."""
+    pin = step.taps.is_cuda if pin is None else pin
 
     def host(t: torch.Tensor) -> torch.Tensor:
         if not pin:

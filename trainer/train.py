@@ -176,7 +176,8 @@ def loop(
             at = first + index
             pick = order[at % len(steps)]
             if index + 1 < d.micro_per_epoch:  # the next kept step crosses to the GPU during this one
-                feed.prefetch(order[(at + 1) % len(steps)])
+                nxt = order[(at + 1) % len(steps)]
+                feed.prefetch(nxt, steps[nxt])
             # -- forward + backward on it (and the optimizer, at the end of an accumulation window)
             out, n_tok, n_sup, n_target = train_step(
                 acc, cfg, target, d, steps[pick], pick, micro, weights, flex, feed

@@ -5,6 +5,7 @@ cache instead of a whole forward: the same features up to float rounding, so it 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
 from trainer.features import features
+from trainer.sources.cache import CacheSource
 from trainer.sources.numbering import to_vllm
 from trainer.train import TrainConfig, train
 
@@ -39,10 +41,21 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
     features(
         TrainConfig(**base), tmp_path / "features", dtype="float32", data_dir=hf_run / "data", target=target
     )
-    cache_run = train(
-        TrainConfig(**base, name="cache", feature_source="cache", feature_dir=str(tmp_path / "features")),
-        target=target,
-    )
+    read_on: list[str] = []
+    tails = CacheSource.taps_tails
+
+    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        read_on.append(threading.current_thread().name)
+        return tails(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CacheSource, "taps_tails", recorded)
+        cache_run = train(
+            TrainConfig(**base, name="cache", feature_source="cache", feature_dir=str(tmp_path / "features")),
+            target=target,
+        )
+    # read ahead on the reader thread while the step before trained (an epoch's first step: here)
+    assert any(name.startswith("feature-reader") for name in read_on), read_on
     aux = to_vllm([0, 2], target.num_layers)
     with extraction_server(target, aux, tmp_path / "hs") as url:
         vllm = {"url": url, "launched_aux_layer_ids": aux, "verify_with_reference": True}
