@@ -34,6 +34,12 @@ install: $(VENV)/.installed
 vllm: install
 	$(BIN)/python -m serving install
 
+# speculators itself, in an environment of its own (.venv-speculators): the tests hold our adapters
+# against it (it pins an older transformers; torch is shared). Idempotent.
+.PHONY: speculators
+speculators: install
+	$(BIN)/python -m trainer.speculators.env
+
 # The three real agent CLIs at the versions the tests were written against.
 agents: install
 	$(BIN)/python -m sandboxes.agents.npm_install --prefix $(AGENTS_DIR)
@@ -56,7 +62,7 @@ export DFLASH_TEST_PG_URL
 postgres:
 	bash factory/db/ensure_postgres.sh
 
-test: install vllm agents docker postgres lint typecheck
+test: install vllm speculators agents docker postgres lint typecheck
 	$(BIN)/pytest -q
 
 # The edit loop: lint, types and every test that needs neither Docker, the agent CLIs, vLLM nor minutes of CPU.
