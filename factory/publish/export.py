@@ -38,13 +38,14 @@ from factory.publish.incremental import SessionScrubber, scrub_row
 from factory.publish.redact_ids import IdsRedactor
 from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, read_calls
 from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
-from factory.publish.sessions import SplitPlan, plan_splits, session_rows, split_of
+from factory.publish.sessions import plan_splits, session_rows
 from factory.publish.shards import ShardWriter
 from factory.publish.tokenizer import load_tokenizer, tokenizer_sha256
 from factory.publish.trajectories import SessionTrajectories
+from records import split
 from records.storage import calls_store
 
-__all__ = ["ExportSettings", "ExportStats", "export", "load_tokenizer", "split_of"]
+__all__ = ["ExportSettings", "ExportStats", "export", "load_tokenizer"]
 log = logging.getLogger(__name__)
 
 
@@ -194,7 +195,7 @@ def _ticking(
 def _write_calls(
     calls: Any,
     by_proxy: dict[str, dict[str, Any]],
-    plan: SplitPlan,
+    plan: split.Plan,
     state: SessionScrubber,
     writers: _Writers,
     stats: ExportStats,
@@ -221,16 +222,16 @@ def _write_calls(
             row = call_row(call, sess, turns[proxy_sid], cfg.target_model)
             turns[proxy_sid] += 1
             _scrub(row, proxy_sid, state, stats)
-            split = plan.splits[sess["session_id"]]
+            split = plan.sides[sess["session_id"]]
             stats.count_call(row, sess, split)
             open_.setdefault(proxy_sid, SessionTrajectories(sess)).add(row)
         finally:
             if proxy_sid:
                 state.seen(proxy_sid)  # counts the session's calls down
                 if state.remaining[proxy_sid] <= 0 and proxy_sid in open_:
-                    writers.emit(open_.pop(proxy_sid), plan.splits[by_proxy[proxy_sid]["session_id"]], stats)
+                    writers.emit(open_.pop(proxy_sid), plan.sides[by_proxy[proxy_sid]["session_id"]], stats)
     for proxy_sid in sorted(open_):  # sessions with calls the count did not foresee
-        writers.emit(open_[proxy_sid], plan.splits[by_proxy[proxy_sid]["session_id"]], stats)
+        writers.emit(open_[proxy_sid], plan.sides[by_proxy[proxy_sid]["session_id"]], stats)
 
 
 def _scrub(row: dict[str, Any], proxy_sid: str, state: SessionScrubber, stats: ExportStats) -> None:
@@ -265,7 +266,7 @@ def _scrub(row: dict[str, Any], proxy_sid: str, state: SessionScrubber, stats: E
 
 def _write_sessions(
     by_proxy: dict[str, dict[str, Any]],
-    plan: SplitPlan,
+    plan: split.Plan,
     scrubber: Scrubber,
     writers: _Writers,
     stats: ExportStats,
@@ -277,7 +278,7 @@ def _write_sessions(
             call_counts[sess["session_id"]] = sess["n_calls"]
         for col in ("task", "patch", "error", "baseline_tail", "after_tail"):
             sess[col], _ = scrubber.scrub(sess.get(col), stats.secrets)
-        split = plan.splits[sess["session_id"]]
+        split = plan.sides[sess["session_id"]]
         writers("sessions", split).add(sess)
         stats.count_session(sess, split)
     return call_counts

@@ -1,10 +1,9 @@
-"""The finished sessions to publish, read from the factory database, and the held-out split rule."""
+"""The finished sessions to publish, read from the factory database, and their held-out split (the rule is
+`records.split`'s, which every stage shares)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -13,7 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation
 from factory.run.tasks import build_task
-from records import attempt_id
+from records import attempt_id, split
 
 
 def _utc(t: dt.datetime | None) -> dt.datetime | None:
@@ -94,43 +93,8 @@ def fix_columns(issue: Issue) -> dict[str, Any]:
     }
 
 
-def _unit(text: str) -> float:
-    return int.from_bytes(hashlib.sha256(text.lower().encode()).digest()[:8], "big") / 2**64
-
-
-def split_of(repo: str, held_out: float) -> str:
-    """'test' for a stable `held_out` fraction of repositories, else 'train'."""
-    return "test" if _unit(repo) < held_out else "train"
-
-
-@dataclass
-class SplitPlan:
-    """Which split each session goes to, and the rule that decided it (for the card and stats)."""
-
-    by: str  # repository | session | none
-    splits: dict[str, str] = field(default_factory=dict)  # session_id -> train | test
-    note: str = ""
-
-
-def plan_splits(sessions: list[dict[str, Any]], calls: dict[str, int], held_out: float) -> SplitPlan:
-    """Hold out a stable fraction of repositories; when that leaves one split without calls (too few
-    repositories), hold out whole sessions instead: the ⌈held_out·n⌉ sessions with calls whose id hashes
-    lowest. A session never straddles the splits; only with a single session is there no `test`."""
-    by_repo = {s["session_id"]: split_of(s["repo"], held_out) for s in sessions}
-    if held_out <= 0:
-        return SplitPlan("none", by_repo, "no held-out split was asked for (held_out = 0)")
-    with_calls = sorted(s["session_id"] for s in sessions if calls.get(s["session_id"], 0) > 0)
-    if {by_repo[sid] for sid in with_calls} == {"train", "test"}:
-        return SplitPlan("repository", by_repo)
-    repos = len({s["repo"] for s in sessions})
-    if len(with_calls) < 2:
-        return SplitPlan("none", dict.fromkeys(by_repo, "train"),
-                         f"only {len(with_calls)} session with calls: nothing could be held out")  # fmt: skip
-    k = min(len(with_calls) - 1, max(1, round(held_out * len(with_calls) + 0.5)))
-    test = set(sorted(with_calls, key=_unit)[:k])
-    splits = {sid: "test" if sid in test else "train" for sid in by_repo}
-    note = (
-        f"{repos} repositories are too few for a repository split: {k} whole session(s) are held out "
-        "instead, so a repository can appear in both splits"
-    )
-    return SplitPlan("session", splits, note)
+def plan_splits(sessions: list[dict[str, Any]], calls: dict[str, int], held_out: float) -> split.Plan:
+    """Each session's split by the one rule every stage shares (`records.split`): whole repositories held
+    out, else whole sessions; a session never straddles the splits."""
+    units = [split.Unit(s["session_id"], s["repo"], calls.get(s["session_id"], 0)) for s in sessions]
+    return split.plan(units, held_out)

@@ -7,8 +7,8 @@
 - Session merge: an agent resends its whole history with every call. When a later call's prompt begins,
   token for token, with an earlier call's prompt + completion, the two become one sequence with two
   supervised spans, so the target runs once over the session instead of once per call.
-- Held-out split by a stable hash of the repository: no repository is on both sides. With fewer than two
-  repositories whole sessions are held out (whole sequences with one session), and the report says so.
+- Held-out split by the rule every stage shares (`records.split`): whole repositories, with fewer than two
+  whole sessions, with one session whole sequences; an export's own split is kept as it is.
 - A sequence longer than ``max_len`` is cut only where a supervised span ends; the unsupervised prompt
   before a span may lose its oldest tokens, a span is never cut (one that cannot fit is dropped, counted).
   Training passes the target's context length here (a merged session never exceeds what the target
@@ -17,11 +17,10 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from records import split
 from records.io import regenerated_dir
 from standin.model import Target
 from trainer.data.records import CallExample, Report, load_examples, read_rows
@@ -59,10 +59,6 @@ def group_key(ex: CallExample) -> str:
     if ex.session_id:
         return f"session:{ex.session_id}"
     return f"call:{ex.call_id}"
-
-
-def stable_fraction(key: str) -> float:
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
 
 
 def merge_sessions(examples: Iterable[CallExample]) -> list[Sequence]:
@@ -142,23 +138,25 @@ def _session_key(s: Sequence) -> str:
     return f"session:{s.session_id}" if s.session_id else f"calls:{','.join(s.call_ids)}"
 
 
-# The held-out unit, coarsest first: a repository split keeps near-duplicate code out of the eval side;
-# with fewer than two repositories (one harvested repository, the bundled sample) whole sessions are held
-# out instead, and with a single session whole sequences (chains of calls).
-_SPLIT_LEVELS: tuple[tuple[str, Callable[[Sequence], str]], ...] = (
-    ("repository", lambda s: s.group),
-    ("session", _session_key),
-    ("sequence", lambda s: f"sequence:{s.session_id}:{','.join(s.call_ids)}:{len(s.input_ids)}"),
-)
+def _unit_key(s: Sequence) -> str:
+    """What the split holds out whole: the session (its id, as the export keys it), else the group."""
+    return s.session_id or s.group
+
+
+def _repo(s: Sequence) -> str | None:
+    return s.repo or (s.group.removeprefix("repo:") if s.group.startswith("repo:") else None)
+
+
+def _sequence_key(s: Sequence) -> str:
+    return f"sequence:{s.session_id}:{','.join(s.call_ids)}:{len(s.input_ids)}"
 
 
 def split_groups(
     seqs: list[Sequence], eval_fraction: float, hints: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """Mark ``split`` by a stable hash of each sequence's held-out unit; both sides get at least one unit
-    when ``eval_fraction`` > 0 and there are two or more. The unit is the repository, else (fewer than two
-    repositories) the session, else the sequence. Groups whose records come with their dataset's own
-    split (an export split by repository already) keep it. Returns how the split was made, for the report."""
+    """Mark each sequence's ``split`` (train / eval): the dataset's own split where its records carry one
+    (an export's, per session), else `records.split`'s rule over the sessions, else (a single session)
+    over the sequences. Returns how the split was made, for the report."""
     if hints and "eval" in hints.values():
         for s in seqs:  # a session's own split (an export that held out sessions), else its repository's
             s.split = hints.get(_session_key(s)) or hints.get(s.group, "train")
@@ -167,25 +165,17 @@ def split_groups(
             by_repo.setdefault(s.group, set()).add(s.split)
         mixed = any(len(v) > 1 for v in by_repo.values())
         return {"by": f"dataset split ({'whole sessions' if mixed else 'whole repositories'} held out)"}
-    level, key = next(
-        ((name, k) for name, k in _SPLIT_LEVELS if len({k(s) for s in seqs}) >= 2), _SPLIT_LEVELS[-1]
-    )
-    groups = sorted({key(s) for s in seqs}, key=stable_fraction)
-    held = {g for g in groups if stable_fraction(g) < eval_fraction}
-    if eval_fraction > 0 and len(groups) >= 2:
-        if not held:
-            held = {groups[0]}
-        if len(held) == len(groups):
-            held.discard(groups[-1])
+    # the export's units, keyed as it keys them (a session's id), so both sides of the pipe agree
+    units = {_unit_key(s): split.Unit(_unit_key(s), _repo(s), len(s.call_ids) or 1) for s in seqs}
+    plan, key = split.plan(list(units.values()), eval_fraction), _unit_key
+    if plan.by == "none" and eval_fraction > 0 and len(seqs) >= 2:  # one session: its sequences
+        plan = split.plan([split.Unit(_sequence_key(s)) for s in seqs], eval_fraction)
+        plan.by, key = "sequence", _sequence_key
     for s in seqs:
-        s.split = "eval" if key(s) in held else "train"
-    if level == "repository" and not all(g.startswith("repo:") for g in groups):
-        level = "repository (session where none is known)"
-    out = {"by": level}
-    if level in ("session", "sequence") and eval_fraction > 0:
-        out["note"] = f"fewer than two repositories: whole {level}s held out"
-    if eval_fraction > 0 and len(groups) < 2:
-        out["note"] = "a single sequence: nothing can be held out"
+        s.split = "eval" if plan.side(key(s)) == split.TEST else "train"
+    out = {"by": plan.by}
+    if plan.note or plan.by == "sequence":
+        out["note"] = plan.note if plan.by != "sequence" else "a single session: whole sequences held out"
     return out
 
 

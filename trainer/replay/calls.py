@@ -1,15 +1,15 @@
 """Which recorded calls are replayed: the held-out ones, sampled evenly over agent × language (seeded).
 
 Held out means what training did not see: an exported dataset's `test` split; else the held-out split of
-a training run (`RUN/data/eval.parquet` names its call ids); else the trainer's own rule, a stable hash
-of the repository (`trainer.data.build.stable_fraction`) below `eval_fraction`.
+a training run (`RUN/data/eval.parquet` names its call ids); else the rule the export and the trainer
+share (`records.split`: whole repositories, else whole sessions) at `eval_fraction`.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from trainer.data.build import stable_fraction
+from records import split
 from trainer.data.records import read_rows
 from trainer.errors import TrainerError
 from wire import Api, shape_of
@@ -65,15 +65,6 @@ def _chat_body(row: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _group(row: Mapping[str, Any]) -> str:
-    """The key the trainer's held-out split hashes (trainer.data.build.group_key)."""
-    if row.get("repo"):
-        return f"repo:{row['repo']}"
-    if row.get("session_id"):
-        return f"session:{row['session_id']}"
-    return f"call:{row['call_id']}"
-
-
 def _run_held_out(run_dir: Path) -> set[str]:
     path = run_dir / "data" / "eval.parquet"
     if not path.is_file():
@@ -103,16 +94,21 @@ def held_out(
         if not held:
             raise ReplayError(f"none of the {len(ids)} held-out calls of run {run_dir} is in {source}")
         return held, f"the held-out split of run {run_dir}"
-    groups = sorted({_group(r) for r in rows}, key=stable_fraction)
-    chosen = {g for g in groups if stable_fraction(g) < fraction}
-    if not chosen and len(groups) >= 2:
-        chosen = {groups[0]}  # as the trainer does: both sides get one group
-    if len(groups) < 2 or not chosen:
+
+    def unit(row: Mapping[str, Any]) -> str:
+        return str(row.get("session_id") or row["call_id"])
+
+    per_unit = Counter(unit(r) for r in rows)
+    repo = {unit(r): r.get("repo") for r in rows}
+    plan = split.plan([split.Unit(u, repo[u], n) for u, n in per_unit.items()], fraction)
+    if not plan.held_out:
         raise ReplayError(
-            f"{source} has no held-out calls: all its calls belong to one repository/session, which the "
-            "trainer would train on (pass --held-out-from RUN or an exported dataset's test split)"
+            f"{source} has no held-out calls: all its calls belong to one session, which the trainer would "
+            "train on (pass --held-out-from RUN or an exported dataset's test split)"
         )
-    return [r for r in rows if _group(r) in chosen], f"repositories hashed below {fraction} (trainer's rule)"
+    held = [r for r in rows if unit(r) in plan.held_out]
+    whole = "repositories" if plan.by == "repository" else "sessions"
+    return held, f"whole {whole} held out at {fraction} (the rule the trainer and the export share)"
 
 
 def to_call(row: Mapping[str, Any], cap: int, decode: int | None = None) -> ReplayCall | None:

@@ -102,7 +102,7 @@ def test_a_calls_folder_is_held_out_by_the_run_or_by_the_trainers_hash(tmp_path:
     hashed, summary = load_calls(data, n=24, seed=0, cap=64, fraction=0.15)
     repos = {f"org/r{int(c.call_id[1:]) % 5}" for c in hashed}
     assert 0 < len(repos) < 5  # whole repositories, never all of them
-    assert "trainer's rule" in summary["held_out_by"]
+    assert "whole repositories held out" in summary["held_out_by"]
     with pytest.raises(ReplayError, match=r"no .*eval\.parquet"):
         load_calls(data, n=24, seed=0, cap=64, run_dir=tmp_path / "nothing")
 
