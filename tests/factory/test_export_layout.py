@@ -129,7 +129,7 @@ def test_with_one_repository_whole_sessions_are_held_out_and_the_card_says_so(tm
     assert stats.by_split["test"] > 0
     assert stats.by_split["train"] > 0
     card = (tmp_path / "ds" / "README.md").read_text()
-    assert "1 repositories are too few for a repository split" in card
+    assert "fewer than two repositories: whole sessions held out" in card
     test_sessions = {
         r["session_id"]
         for r in read_table(tmp_path / "ds" / "data" / "calls" / "test-00000-of-00001.parquet").to_pylist()
