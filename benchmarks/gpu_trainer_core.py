@@ -29,17 +29,23 @@ from trainer.data.units import Unit
 from trainer.dflash import helpers as H
 from trainer.drafting import Drafting
 from trainer.feeding import StepFeed
+from trainer.memplan import PRESETS
 
-# The Qwen3-8B target at real scale, and a tiny one for a CPU smoke run (Qwen3Config fields).
-# fmt: off
+# The Qwen3-8B target at real scale (the memory planner's preset), and a tiny one for a CPU smoke run.
 SHAPES: dict[str, dict[str, Any]] = {
-    "qwen3-8b": dict(vocab_size=151_936, hidden_size=4096, intermediate_size=12_288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40_960),
-    "tiny": dict(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=8,
-                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096),
+    "qwen3-8b": PRESETS["qwen3-8b"],
+    "tiny": dict(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+    ),
 }
 COMMON: dict[str, Any] = dict(rope_theta=1_000_000.0, tie_word_embeddings=False)
-# fmt: on
 START = time.monotonic()  # what --timeout counts from: the imports are done (≈ 5-10 s on a GPU machine)
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("features", "anchors", "mask", "forward", "backward", "optimizer")
@@ -47,7 +53,7 @@ PHASES = ("features", "anchors", "mask", "forward", "backward", "optimizer")
 
 def random_target(shape: str, device: torch.device, dtype: torch.dtype) -> Target:
     """Random weights built directly on the device in the training dtype (no float32 copy anywhere)."""
-    config = Qwen3Config(**SHAPES[shape], **COMMON)
+    config = Qwen3Config(**{**COMMON, **SHAPES[shape]})
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

@@ -39,31 +39,23 @@ from trainer.sources.select import kind_of
 GIB = 2**30
 CONTEXT_GIB = 1.5  # CUDA context, cuBLAS/NCCL workspaces and allocator slack: an allowance, not a measure
 # Public shapes of targets users train for, so a plan needs no download (any HF folder works too).
-PRESETS: dict[str, dict[str, Any]] = {
-    "qwen3-8b": dict(
-        vocab_size=151936,
-        hidden_size=4096,
-        intermediate_size=12288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=False,
-    ),
-    "qwen3-32b": dict(
-        vocab_size=151936,
-        hidden_size=5120,
-        intermediate_size=25600,
-        num_hidden_layers=64,
-        num_attention_heads=64,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=False,
-    ),
+_QWEN3: dict[str, Any] = {
+    "vocab_size": 151936,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1_000_000.0,
+    "tie_word_embeddings": False,
+}
+PRESETS: dict[str, dict[str, Any]] = {  # layers, heads, hidden, intermediate
+    name: {
+        **_QWEN3,
+        "num_hidden_layers": n,
+        "num_attention_heads": h,
+        "hidden_size": d,
+        "intermediate_size": f,
+    }
+    for name, (n, h, d, f) in {"qwen3-8b": (36, 32, 4096, 12288), "qwen3-32b": (64, 64, 5120, 25600)}.items()
 }
 
 
