@@ -11,7 +11,7 @@ import pytest
 from transformers import Qwen3Config
 
 from tests.support import REPO_ROOT
-from tests.trainer.dflash.tiny import save_tiny
+from tests.trainer.dflash.tiny import save_tiny, tiny_target
 from trainer.config import TrainConfig
 from trainer.memplan import GIB, drafter_step, plan, target_config
 
@@ -21,17 +21,7 @@ TRAIN_YAML = REPO_ROOT / "trainer/configs/train.yaml"
 
 
 def tiny_config() -> Qwen3Config:
-    return Qwen3Config(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=4096,
-        tie_word_embeddings=False,
-    )
+    return tiny_target(layers=4).model.config
 
 
 @pytest.mark.parametrize(
