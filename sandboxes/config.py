@@ -36,7 +36,6 @@ class SandboxSettings(BaseSettings):
 
     user: str = "agent"
     workdir: str = "/work/repo"
-    label_prefix: str = "dflash.sandbox"
 
     # Realism (issue 14): controlled egress, toolchain families, environment images, test outcome.
     egress: Literal["none", "registries"] = Field(

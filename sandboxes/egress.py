@@ -27,10 +27,11 @@ from docker.models.containers import Container
 from sandboxes.errors import SandboxSetupError
 from sandboxes.files import tar_files
 from sandboxes.images.build import _digest, _exists, build_base
+from sandboxes.labels import EGRESS, IMAGE
 
 SQUID_PORT = 3128
 EGRESS_NETWORK = "dflash-egress"
-EGRESS_LABEL = "dflash.sandbox.egress"
+EGRESS_LABEL = EGRESS
 LOG_PATH = "/var/log/squid/egress.log"
 DOCKERFILE = Path(__file__).parent / "images" / "Dockerfile.egress"
 _BUILDING = threading.Lock()
@@ -123,7 +124,7 @@ def _build(client: docker.DockerClient, base: str, tag: str) -> None:
         rm=True,
         forcerm=True,
         decode=True,
-        labels={"dflash.sandbox.image": "egress"},
+        labels={IMAGE: "egress"},
         buildargs={"BASE": base},
     )
     for chunk in stream:

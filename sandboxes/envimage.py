@@ -25,10 +25,11 @@ import requests
 from sandboxes.config import SandboxSettings
 from sandboxes.detect import Plan
 from sandboxes.images.build import _digest, _exists
+from sandboxes.labels import ENV_BASE, ENV_COMMIT, ENV_CREATED, ENV_FAMILY_IMAGE, ENV_REPO, IMAGE
 from sandboxes.sandbox import Sandbox, SandboxSpec
 
-KIND = "dflash.sandbox.image"
-BASE_LABEL = "dflash.env.base"  # the id of the single commit inside (what patches are taken against)
+KIND = IMAGE
+BASE_LABEL = ENV_BASE
 NO_MODEL = "http://127.0.0.1:9"  # setup talks to no model; the relay to this port is never used
 # Untracked files the setup left (a venv, node_modules, build output) join the repository's excludes, so
 # they never show up in an agent's patch; tracked files it changed are committed into the base.
@@ -186,10 +187,10 @@ def _build(
         labels = {
             KIND: "env",
             BASE_LABEL: base,
-            "dflash.env.repo": repo_id,
-            "dflash.env.commit": commit,
-            "dflash.env.family_image": family_image,
-            "dflash.env.created": str(int(time.time())),
+            ENV_REPO: repo_id,
+            ENV_COMMIT: commit,
+            ENV_FAMILY_IMAGE: family_image,
+            ENV_CREATED: str(int(time.time())),
             # The setup sandbox's own labels must not mark containers started from this image.
             **dict.fromkeys(box.labels, ""),
         }
@@ -219,16 +220,16 @@ def gc_env_images(
     use by a running session are left for the next time (Docker refuses to remove them)."""
     now = time.time() if now is None else now
     images = []
-    wanted = [f"{KIND}=env"] + ([f"dflash.env.repo={repo_id}"] if repo_id else [])
+    wanted = [f"{KIND}=env"] + ([f"{ENV_REPO}={repo_id}"] if repo_id else [])
     for img in client.images.list(filters={"label": wanted}):
         labels = img.labels
-        family = labels.get("dflash.env.family_image", "")
+        family = labels.get(ENV_FAMILY_IMAGE, "")
         try:
             below = client.images.get(family).attrs["Size"] if family else 0
         except docker.errors.ImageNotFound:
             below = 0
         own = max(0, int(img.attrs["Size"]) - int(below))  # shared layers below are not this image's cost
-        images.append((int(labels.get("dflash.env.created", "0")), own, img))
+        images.append((int(labels.get(ENV_CREATED, "0")), own, img))
     images.sort(key=lambda x: x[0])
     total = sum(own for _, own, _ in images)
     removed = []

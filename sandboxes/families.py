@@ -19,6 +19,7 @@ import docker
 
 from sandboxes.errors import SandboxInputError, SandboxSetupError
 from sandboxes.images.build import _digest, _exists
+from sandboxes.labels import IMAGE
 
 PY_CA = "/etc/ssl/certs/ca-certificates.crt"
 _BUILDING = threading.Lock()  # sessions in threads share one build of each image
@@ -152,7 +153,7 @@ def _build(client: docker.DockerClient, agents: str, family: Family, tag: str) -
         rm=True,
         forcerm=True,
         decode=True,
-        labels={"dflash.sandbox.image": "family"},
+        labels={IMAGE: "family"},
         buildargs={"BASE": agents},
     )
     for chunk in stream:

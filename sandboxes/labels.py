@@ -8,10 +8,19 @@ import os
 import socket
 from pathlib import Path
 
+# Every label key the sandboxes put on Docker objects, here and nowhere else.
 ROOT = "dflash.sandbox"
 RUN = f"{ROOT}.run"
 SESSION = f"{ROOT}.session"
 OWNER = f"{ROOT}.owner"
+IMAGE = f"{ROOT}.image"  # what an image the sandboxes built is: agents, family, egress, env
+EGRESS = f"{ROOT}.egress"  # the egress proxy's container
+ENV = "dflash.env"  # a repository's environment image
+ENV_BASE = f"{ENV}.base"  # the id of the single commit inside (what patches are taken against)
+ENV_REPO = f"{ENV}.repo"
+ENV_COMMIT = f"{ENV}.commit"
+ENV_FAMILY_IMAGE = f"{ENV}.family_image"
+ENV_CREATED = f"{ENV}.created"
 
 
 def process_start_time(pid: int) -> str | None:

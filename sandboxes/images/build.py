@@ -19,6 +19,7 @@ from sandboxes.agents.npm_install import AGENT_PACKAGES, NODE_RUNTIME
 from sandboxes.config import SandboxSettings
 from sandboxes.errors import SandboxSetupError
 from sandboxes.images.mirror import host_mirror
+from sandboxes.labels import IMAGE
 
 DOCKERFILE = Path(__file__).with_name("Dockerfile.agents")
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -155,7 +156,7 @@ def build_agents(client: docker.DockerClient, settings: SandboxSettings, log: Lo
             rm=True,
             forcerm=True,
             decode=True,
-            labels={"dflash.sandbox.image": "agents"},
+            labels={IMAGE: "agents"},
             buildargs={
                 "BASE": base,
                 "AGENT_SPECS": " ".join(agent_specs()),
