@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from proxy import frames
+from records.agents import OTHER_AGENT
 
 OUTCOMES = ("ok", "rejected", "upstream_error", "timeout", "client_disconnected")
 _BLOCK = 1 << 20
@@ -58,7 +59,7 @@ class Call:
     proxy_id: str
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     session_id: str | None = None
-    agent: str = "other"
+    agent: str = OTHER_AGENT
     agent_session_id: str | None = None
     user_agent: str | None = None
     tag: str | None = None

@@ -20,6 +20,7 @@ from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation, utcnow
 from records import attempt_id
+from records.agents import AGENT_NAMES, AgentName
 from sandboxes.labels import process_start_time
 
 
@@ -48,7 +49,7 @@ class Claimed:
     id: str
     proxy_session_id: str
     attempt: int
-    agent: str
+    agent: AgentName
     lang: str
     repo_name: str
     repo_language: str
@@ -115,11 +116,14 @@ def claim(
                     )
                     continue
                 title, body = t.title, t.body
+            if row.agent not in AGENT_NAMES:  # a row written by another version: failed, not crashed on
+                row.status, row.error, row.finished_at = "failed", f"unknown agent {row.agent!r}", now
+                continue
             return Claimed(
                 id=row.id,
                 proxy_session_id=row.proxy_session_id,
                 attempt=row.attempts,
-                agent=row.agent,
+                agent=AgentName(row.agent),
                 lang=row.lang,
                 repo_name=repo.name,
                 repo_language=repo.language,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from factory.errors import FactoryError
+from records.agents import AgentName
 
 # The session runners' names, one owner (factory/run/runners.py maps them to classes): every option that
 # takes a runner is typed by `RunnerName` and defaults to `SANDBOX`; no other module spells a name
@@ -25,7 +26,7 @@ class SessionSpec:
     session_id: str  # the factory's session id
     proxy_session_id: str  # /s/{this} on the proxy: unique per attempt
     attempt: int
-    agent: str  # claude-code | codex | opencode
+    agent: AgentName
     lang: str
     repo_name: str
     repo_path: Path  # a local git repository holding base_commit

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from records.agents import OTHER_AGENT
 from records.io import read_batches
 from records.schema import COLUMNS as RECORD_COLUMNS
 from standin.model import Target
@@ -49,7 +50,7 @@ class CallExample:
     completion_ids: list[int]
     supervise: list[int]  # one per completion token: 1 = trained on
     source: str  # "stored" | "rendered"
-    agent: str = "other"
+    agent: str = OTHER_AGENT
     api: str = ""
     repo: str | None = None
     language: str = "en"
@@ -282,7 +283,7 @@ def to_example(target: Target, row: Mapping[str, Any]) -> CallExample:
         completion_ids=completion,
         supervise=supervise,
         source=source,
-        agent=str(row.get("agent") or "other"),
+        agent=str(row.get("agent") or OTHER_AGENT),
         api=str(row.get("api") or ""),
         repo=row.get("repo"),
         language=detect_language(row),

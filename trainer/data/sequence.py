@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from records.agents import OTHER_AGENT
+
 
 @dataclass
 class Sequence:
@@ -14,7 +16,7 @@ class Sequence:
     session_id: str | None
     group: str
     repo: str | None = None
-    agent: str = "other"
+    agent: str = OTHER_AGENT
     language: str = "en"
     call_ids: list[str] = field(default_factory=list)
     split: str = "train"

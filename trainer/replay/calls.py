@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from records import split
+from records.agents import OTHER_AGENT
 from trainer.data.records import read_rows
 from trainer.errors import TrainerError
 from wire import Api, shape_of
@@ -126,7 +127,7 @@ def to_call(row: Mapping[str, Any], cap: int, decode: int | None = None) -> Repl
         return None
     return ReplayCall(
         call_id=str(row["call_id"]),
-        agent=str(row.get("agent") or "other"),
+        agent=str(row.get("agent") or OTHER_AGENT),
         language=str(row.get("lang") or "en"),
         recorded_tokens=recorded,
         max_tokens=decode or min(recorded, cap),
