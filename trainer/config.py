@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trainer.dflash.kinds import KINDS
 from trainer.errors import TrainerError
 from trainer.launch import Launch
 from trainer.sources.vllm import VllmSourceSettings
@@ -44,11 +45,18 @@ class TrainConfig(BaseModel):
     )
     # the drafter (defaults: the released Qwen3-8B drafter's shape)
     num_layers: int = Field(5, ge=1, description="Drafter decoder layers.")
-    drafter: Literal["dflash", "dflash2", "dspark"] = Field(
+    drafter: str = Field(
         "dflash",
-        description="Drafter kind: dflash (block drafter), dflash2 (+ in-block convolutions and a candidate "
-        "selector) or dspark (+ Markov and confidence heads).",
+        description="Drafter kind: " + "; ".join(f"{n} ({k.describe})" for n, k in KINDS.items()) + ".",
     )
+
+    @field_validator("drafter")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value not in KINDS:
+            raise ValueError(f"unknown drafter kind {value!r}: one of {', '.join(KINDS)}")
+        return value
+
     block_size: int = Field(
         16, ge=2, description="Block size B: the anchor + B-1 drafted tokens (vLLM num_speculative_tokens)."
     )

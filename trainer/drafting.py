@@ -19,8 +19,6 @@ from standin.model import Target
 from trainer.checkpoint import Position
 from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token
-from trainer.dflash.dflash2 import dflash2_config
-from trainer.dflash.dspark import dspark_config
 from trainer.dflash.kinds import KINDS
 from trainer.dflash.objective import StepOutput, dflash_loss
 from trainer.packed import valid_rows
@@ -96,14 +94,7 @@ def step_loss(
 
 def kind_config(cfg: TrainConfig, dcfg: Any) -> Any:
     """The DFlash drafter config ``dcfg`` made the one of the kind ``cfg.drafter`` names."""
-    if cfg.drafter == "dspark":
-        return dspark_config(dcfg, cfg.head_rank)
-    if cfg.drafter == "dflash2":
-        return dflash2_config(
-            dcfg, conv_kernel_size=cfg.conv_kernel_size, conv_group_size=cfg.conv_group_size,
-            selector_rank=cfg.head_rank, selector_top_k=cfg.selector_top_k,
-        )  # fmt: skip
-    return dcfg
+    return KINDS[cfg.drafter].configure(dcfg, cfg)
 
 
 def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: int) -> Drafting:
@@ -121,9 +112,7 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         intermediate_size=cfg.intermediate_size,
     )
     dcfg = kind_config(cfg, dcfg)
-    if cfg.drafter != "dflash" and acc.distributed_type == DistributedType.FSDP:
-        # their heads run outside the drafter's forward (they read the labels' previous tokens), where
-        # FSDP has already resharded the root's parameters; DDP keeps every parameter whole
+    if not KINDS[cfg.drafter].fsdp and acc.distributed_type == DistributedType.FSDP:
         raise ValueError(f"drafter={cfg.drafter} trains on one process or with DDP, not FSDP")
     drafter = KINDS[cfg.drafter].model(dcfg).to(acc.device)
     drafter.checkpoint_layers = cfg.activation_checkpointing

@@ -71,22 +71,7 @@ def _card(config: dict[str, Any], meta: dict[str, Any], kind: str, drafts: int) 
         "Trained by dflash-factory on the target's own outputs on coding-agent traffic.",
         "",
     ]
-    if kind == "dflash2":
-        d = config["dflash_config"]
-        lines += [
-            f"DFlash2: a {d['conv_kernel_size']}-tap in-block convolution around each attention and MLP, and a "
-            f"rank-{d['selector_rank']} candidate selector that walks each slot's top-{d['selector_top_k']} "
-            "candidates after the token chosen before it. vLLM serves it with `method: dflash` on its V2 "
-            "model runner (GPUs); vLLM CPU 0.32 cannot (its V1 runner refuses candidate-head drafts).",
-            "",
-        ]
-    if kind == "dspark":
-        lines += [
-            f"DSpark: the block's {drafts} query slots are corrected slot by slot by a rank-"
-            f"{config.get('markov_rank')} Markov head, and a confidence head scores each slot. vLLM serves "
-            "it on its V2 model runner (GPUs); vLLM CPU 0.32 cannot (no V1 support, no Triton on CPU).",
-            "",
-        ]
+    lines += KINDS[kind].card(config, drafts)
     if ev:
         lines += [
             f"Measured by greedy speculative decoding on {ev.get('n_prompts')} held-out prompts: "

@@ -33,6 +33,8 @@ kernel_projection.weight`` [2·taps·H/g, H], ``candidate_selector.{predecessor,
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -201,3 +203,26 @@ def dflash2_config(
         "selector_top_k": int(selector_top_k),
     }
     return cfg
+
+
+def configure(cfg: Qwen3Config, knobs: Any) -> Qwen3Config:
+    """The kind's config from the run's knobs (a `TrainConfig`: its conv_* and selector fields)."""
+    return dflash2_config(
+        cfg,
+        conv_kernel_size=knobs.conv_kernel_size,
+        conv_group_size=knobs.conv_group_size,
+        selector_rank=knobs.head_rank,
+        selector_top_k=knobs.selector_top_k,
+    )
+
+
+def card(config: dict[str, Any], drafts: int) -> list[str]:
+    """What the model card says of this kind."""
+    d = config["dflash_config"]
+    return [
+        f"DFlash2: a {d['conv_kernel_size']}-tap in-block convolution around each attention and MLP, and a "
+        f"rank-{d['selector_rank']} candidate selector that walks each slot's top-{d['selector_top_k']} "
+        "candidates after the token chosen before it. vLLM serves it with `method: dflash` on its V2 "
+        "model runner (GPUs); vLLM CPU 0.32 cannot (its V1 runner refuses candidate-head drafts).",
+        "",
+    ]

@@ -23,6 +23,8 @@ the DFlash backbone's, plus ``markov_head.markov_w1.weight`` [V, r], ``markov_he
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -116,3 +118,18 @@ def dspark_config(cfg: Qwen3Config, markov_rank: int) -> Qwen3Config:
     cfg.target_layer_ids = [int(i) for i in cfg.dflash_config["target_layer_ids"]]
     cfg.tie_word_embeddings = False
     return cfg
+
+
+def configure(cfg: Qwen3Config, knobs: Any) -> Qwen3Config:
+    """The kind's config from the run's knobs (a `TrainConfig`: its head_rank)."""
+    return dspark_config(cfg, knobs.head_rank)
+
+
+def card(config: dict[str, Any], drafts: int) -> list[str]:
+    """What the model card says of this kind."""
+    return [
+        f"DSpark: the block's {drafts} query slots are corrected slot by slot by a rank-"
+        f"{config.get('markov_rank')} Markov head, and a confidence head scores each slot. vLLM serves "
+        "it on its V2 model runner (GPUs); vLLM CPU 0.32 cannot (no V1 support, no Triton on CPU).",
+        "",
+    ]

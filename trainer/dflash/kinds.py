@@ -1,5 +1,7 @@
-"""The drafter kinds one trainer builds, trains, evaluates and exports: each a model class, the
-architecture its ``config.json`` names (what vLLM 0.32 loads it as), and its speculative method.
+"""The drafter kinds one trainer builds, trains, evaluates and exports: the registry every stage looks a
+kind up in (never branching on its name). Each is a model class, the architecture its ``config.json``
+names (what vLLM 0.32 loads it as), its speculative method, how a run's knobs make its config, and what
+its model card says. Adding a kind: its module, and one entry in ``KINDS``.
 
 - ``dflash``: the block drafter (``DFlashDraftModel``; vLLM ``method: dflash``).
 - ``dflash2``: the block drafter + in-block convolutions and a candidate selector (``DFlash2DraftModel``;
@@ -11,18 +13,23 @@ architecture its ``config.json`` names (what vLLM 0.32 loads it as), and its spe
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
+from transformers import Qwen3Config
 
-from trainer.dflash.dflash2 import ARCHITECTURE as DFLASH2_ARCH
-from trainer.dflash.dflash2 import DFlash2DraftModel
-from trainer.dflash.dspark import ARCHITECTURE as DSPARK_ARCH
-from trainer.dflash.dspark import DSparkDraftModel
+from trainer.dflash import dflash2, dspark
 from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
 
-Kind = Literal["dflash", "dflash2", "dspark"]
+
+def _as_is(cfg: Qwen3Config, knobs: Any) -> Qwen3Config:
+    return cfg
+
+
+def _no_card(config: dict[str, Any], drafts: int) -> list[str]:
+    return []
 
 
 class DrafterKind(NamedTuple):
@@ -30,12 +37,36 @@ class DrafterKind(NamedTuple):
     architecture: str
     method: str  # vLLM's speculative_config method
     title: str  # how the model card names it
+    describe: str  # one line for the `drafter` option's help
+    configure: Callable[[Qwen3Config, Any], Qwen3Config] = _as_is  # a DFlash config + the run's knobs
+    card: Callable[[dict[str, Any], int], list[str]] = _no_card  # (config.json, drafted tokens) -> lines
+    # FSDP: its heads run outside the drafter's forward (they read the labels' previous tokens), where
+    # FSDP has already resharded the root's parameters; DDP keeps every parameter whole
+    fsdp: bool = True
 
 
 KINDS: dict[str, DrafterKind] = {
-    "dflash": DrafterKind(DFlashDraftModel, "DFlashDraftModel", "dflash", "DFlash"),
-    "dflash2": DrafterKind(DFlash2DraftModel, DFLASH2_ARCH, "dflash", "DFlash2"),
-    "dspark": DrafterKind(DSparkDraftModel, DSPARK_ARCH, "dspark", "DSpark"),
+    "dflash": DrafterKind(DFlashDraftModel, "DFlashDraftModel", "dflash", "DFlash", "the block drafter"),
+    "dflash2": DrafterKind(
+        dflash2.DFlash2DraftModel,
+        dflash2.ARCHITECTURE,
+        "dflash",
+        "DFlash2",
+        "+ in-block convolutions and a candidate selector",
+        dflash2.configure,
+        dflash2.card,
+        fsdp=False,
+    ),
+    "dspark": DrafterKind(
+        dspark.DSparkDraftModel,
+        dspark.ARCHITECTURE,
+        "dspark",
+        "DSpark",
+        "+ Markov and confidence heads",
+        dspark.configure,
+        dspark.card,
+        fsdp=False,
+    ),
 }
 
 
