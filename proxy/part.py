@@ -18,7 +18,7 @@ import zstandard
 import records
 from proxy.parquet import table
 from proxy.record import Call
-from records.storage import fsync_path
+from records.atomic import fsync_path
 
 
 class PartWriter:

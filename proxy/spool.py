@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proxy.record import Call
-from records.storage import fsync_path
+from records.atomic import fsync_path
 
 log = logging.getLogger(__name__)
 SEGMENT_SUFFIX = ".spool"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from records.atomic import atomic_path
 from records.dataset_delta import DELTA_COLUMNS, CallDeltaDecoder, expand, window_of
 from records.dataset_read import IN_TRAJECTORY, TrajectoryCursor, trajectory_files, whole
 from records.schema import SCHEMA, schema_version
-from records.storage import calls_store, fsync_path, is_url, parquet_keys
+from records.storage import calls_store, is_url, parquet_keys
 
 # Column names older writers used, and their current names.
 LEGACY_NAMES = {"language": "lang"}
@@ -28,11 +28,8 @@ def write_part(
     directory.mkdir(parents=True, exist_ok=True)
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(list(rows), schema=schema)
     final = directory / name
-    tmp = directory / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    fsync_path(tmp)
-    tmp.replace(final)
-    fsync_path(directory)
+    with atomic_path(final) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
     return final
 
 

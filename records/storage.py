@@ -24,6 +24,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from records.atomic import fsync_path
 from records.errors import RecordsError
 
 # Where call records may sit under a URL, most specific first (the same rule as records.io.calls_dir).
@@ -177,16 +178,6 @@ class Store:
 
     def delete(self, key: str) -> None:
         self.fs.rm_file(self.path(key))
-
-
-def fsync_path(path: Path) -> None:
-    """Flush ``path`` to disk: a written file, or a directory after a rename or a new file in it (so the
-    entry itself survives a crash)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def calls_store(url: str | os.PathLike[str], **storage_options: Any) -> Store:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import os
 import tempfile
 import threading
 import time
@@ -22,6 +21,7 @@ import docker
 import requests
 from docker.models.containers import Container
 
+from records.atomic import write_text
 from sandboxes import cgroups
 from sandboxes.config import SandboxSettings
 from sandboxes.egress import EgressProxy
@@ -69,10 +69,7 @@ def _short(text: str) -> str:
 def _resolv_conf() -> Path:
     path = Path(tempfile.gettempdir()) / "dflash-sandbox-resolv.conf"
     if not path.exists() or path.read_text() != NO_RESOLVER:
-        # Atomically: sandboxes starting in other threads may be bind-mounting it right now.
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(NO_RESOLVER)
-        tmp.replace(path)
+        write_text(path, NO_RESOLVER)  # atomically: other threads' sandboxes may be bind-mounting it now
     return path
 
 

@@ -43,6 +43,7 @@ from safetensors.torch import save_file
 from starlette.routing import Route
 
 from clikit import settings_command
+from records.atomic import atomic_path
 from standin.errors import StandinError
 from standin.loading import load_target
 from standin.model import Target
@@ -135,9 +136,8 @@ class Extractor:
         fd = os.open(str(path) + LOCK_SUFFIX, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            tmp = path.with_name(path.name + ".tmp")
-            save_file({"hidden_states": states, "token_ids": torch.tensor(list(prompt_ids))}, str(tmp))
-            tmp.replace(path)
+            with atomic_path(path) as tmp:
+                save_file({"hidden_states": states, "token_ids": torch.tensor(list(prompt_ids))}, str(tmp))
         finally:
             os.close(fd)
 

@@ -23,6 +23,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from records.atomic import write_text
 from standin.model import Target
 
 log = logging.getLogger(__name__)
@@ -238,9 +239,7 @@ def smollm2_folder(root: Path) -> Path:
     if config.get("max_position_embeddings") != SMOLLM2_POSITIONS or config.get("rope_scaling") != rope:
         # both spellings: transformers 4.x and vLLM read rope_scaling, transformers 5.x rope_parameters
         config.update(max_position_embeddings=SMOLLM2_POSITIONS, rope_scaling=rope, rope_parameters=rope)
-        tmp = final / f".config.json.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(config, indent=2) + "\n")
-        tmp.replace(final / "config.json")
+        write_text(final / "config.json", json.dumps(config, indent=2) + "\n")
     return final
 
 

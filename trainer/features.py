@@ -6,7 +6,7 @@ and the target runs once per unit, continuing its KV cache across the unit's seg
 prefix is computed and stored once (`trainer.sources.cache`, version 2). Units are grouped into shards of
 about `--batch` target tokens; the shard list is a pure function of the data, so under `accelerate launch`
 or torchrun each rank writes its own share of shards (largest first to the least loaded rank), then rank 0
-merges their metadata into the manifest after a barrier. A shard is written to a `.tmp` and renamed: a
+merges their metadata into the manifest after a barrier. A shard is written to a temporary and renamed: a
 killed run resumes by skipping every shard that exists (checked to be of the same plan) and never writes
 one twice. The size is printed first and refused past the free space without `--force`.
 
@@ -211,6 +211,8 @@ def features(
     if light and taps_fn is None and mine:
         target = load(cfg, acc, DTYPES[dtype], None)  # the whole target: this rank computes
     for n, shard in enumerate(mine, 1):
+        for stale in out.glob(f".{shard.name}.*.tmp"):  # a killed run's (this shard is this rank's alone)
+            stale.unlink(missing_ok=True)
         t0 = time.monotonic()
         segments = stored_segments(target, shard.units, layer_ids, acc.device, taps_fn)
         cache.write_shard(out / shard.name, segments, layer_ids, shard.plan, acc.process_index)

@@ -24,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from factory.errors import FactoryError
+from records.atomic import write_text
 from sandboxes.labels import owner_alive, owner_token, process_start_time
 
 RUNS_DIR = "runs"
@@ -94,10 +95,7 @@ class Ledger:
         self.save()
 
     def save(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(self.record.model_dump_json(indent=1))
-        tmp.replace(self.path)
+        write_text(self.path, self.record.model_dump_json(indent=1))
 
     def close(self) -> None:
         """A clean end: everything it started is stopped, nothing is left to reap."""

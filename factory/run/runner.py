@@ -30,6 +30,7 @@ from factory.run import queue
 from factory.run.repocache import RepoCache
 from factory.run.runner_types import InfraError, SessionOutcome, SessionRunner, SessionSpec
 from factory.run.tasks import build_task
+from records.atomic import write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +73,8 @@ class RunStats:
 
 def write_transcript(data_dir: Path, session_id: str, events: list[dict[str, object]]) -> str:
     path = data_dir / "transcripts" / session_id[:2] / f"{session_id}.jsonl.zst"
-    path.parent.mkdir(parents=True, exist_ok=True)
     raw = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(zstandard.ZstdCompressor(level=6).compress(raw))
-    tmp.replace(path)
+    write_bytes(path, zstandard.ZstdCompressor(level=6).compress(raw))
     return str(path)
 
 

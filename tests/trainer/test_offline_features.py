@@ -144,7 +144,7 @@ def test_a_killed_run_resumes_without_recomputing_finished_shards(
     assert len(names) >= 3
     before = {n: (out / n).stat().st_mtime_ns for n in names}
     (out / names[1]).unlink()  # as if killed while writing it: the rename never happened
-    (out / (names[1] + ".tmp")).write_bytes(b"partial")
+    (out / f".{names[1]}.4242.1.tmp").write_bytes(b"partial")  # what the killed writer left
     (out / "manifest.json").unlink()
     forwards = []
     real = features_mod.unit_features
@@ -156,7 +156,7 @@ def test_a_killed_run_resumes_without_recomputing_finished_shards(
         n: t for n, t in before.items() if n != names[1]
     }
     assert again["entries"] == first["entries"]
-    assert not list(out.glob("*.tmp"))
+    assert not list(out.glob(".*.tmp"))
     with pytest.raises(SystemExit, match="other data or settings"):  # never mixed with another plan
         features(cfg, out, batch=1, dtype="bfloat16")
 

@@ -2,7 +2,7 @@
 
 Layout of a feature directory (this module's format, version 2):
 
-    shard-NNNNN-of-MMMMM.safetensors   one per batch of units; written to a `.tmp` then renamed, so a
+    shard-NNNNN-of-MMMMM.safetensors   one per batch of units; written to a hidden temporary then renamed, so a
         file that exists is whole. Tensors, per stored segment j: `j.taps` [T_j − shared_j, n·H] (the
         target's dtype), `j.ids` [T_j] int32, `j.mask` [T_j] uint8 (the loss mask). Its metadata says
         everything else: `segments` (JSON: key, length, shared, prev), `plan` (what it was written for),
@@ -31,6 +31,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from records.atomic import atomic_path, write_text
 from trainer.sources.base import FeatureError, FeatureSource, taps_via_many
 
 FORMAT, VERSION, MANIFEST = "dflash-factory-features", 2, "manifest.json"
@@ -59,7 +60,7 @@ class Stored:
 def write_shard(
     path: Path, segments: Sequence[Stored], layer_ids: Sequence[int], plan: str, rank: int
 ) -> None:
-    """Write one shard atomically: to `<name>.tmp`, then renamed (a killed writer leaves no partial shard)."""
+    """Write one shard atomically (`records.atomic`: a killed writer leaves no partial shard)."""
     tensors: dict[str, torch.Tensor] = {}
     meta = []
     for j, s in enumerate(segments):
@@ -81,9 +82,8 @@ def write_shard(
         "dtype": str(segments[0].taps.dtype).removeprefix("torch.") if segments else "",
         "rank": str(rank),
     }
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=metadata)
 
 
 def shard_metadata(path: Path) -> dict[str, str]:
@@ -121,9 +121,7 @@ def write_manifest(
         "shards": shards,
         "entries": entries,
     }
-    tmp = root / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(m) + "\n")
-    tmp.replace(root / MANIFEST)
+    write_text(root / MANIFEST, json.dumps(m) + "\n")
     return m
 
 
