@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -26,18 +26,36 @@ import httpx
 from proxy import errors
 from proxy.asgi import Flight, Receive, Responder, watch_disconnect
 from proxy.codec import StreamDecoder, decode_body
+from proxy.config import ProxySettings
 from proxy.errors import ProxyError
 from proxy.exchange import Exchange
 from proxy.headers import response_headers, upstream_headers
+from proxy.metrics import ProxyMetrics
 from proxy.record import Call, Spill
+from proxy.sink import CallSink
+from proxy.upstream import UpstreamClients
 from proxy.validate import Rejected
 from wire import shape_of
 
-if TYPE_CHECKING:
-    from proxy.relay import Relay
-
 log = logging.getLogger(__name__)
 _FINAL_SEND_S = 5.0  # the longest the proxy waits on a client that stopped reading, once the call is over
+
+
+class Relaying(Protocol):
+    """What an exchange needs of the relay that accepted its call (`proxy.relay.Relay`, which imports this
+    module: the relay is seen through this, so the two never import each other)."""
+
+    settings: ProxySettings
+    client: UpstreamClients
+    sink: CallSink
+    metrics: ProxyMetrics
+    flights: set[Flight]
+
+    async def reject(
+        self, out: Responder, call: Call, family: str, rej: Rejected, *, unread: bool = False
+    ) -> None: ...
+
+    async def record(self, call: Call, *, wait: bool) -> bool: ...
 
 
 class SpillFailed(ProxyError):
@@ -49,7 +67,7 @@ class SpillFailed(ProxyError):
 class ResponseBody:
     """The response as it arrives: in memory up to a budget, then appended to a spill file."""
 
-    def __init__(self, call: Call, relay: Relay) -> None:
+    def __init__(self, call: Call, relay: Relaying) -> None:
         self._call, self._dir = call, relay.sink.spill_dir
         self._budget, self._held = relay.settings.stream_memory_bytes, 0
 
@@ -69,7 +87,7 @@ class ResponseBody:
             raise SpillFailed(exc) from exc
 
 
-async def forward(relay: Relay, scope: dict[str, Any], receive: Receive, out: Responder, call: Call,
+async def forward(relay: Relaying, scope: dict[str, Any], receive: Receive, out: Responder, call: Call,
                   family: str, exchange: Exchange) -> None:  # fmt: skip
     flight = Flight()
     relay.flights.add(flight)
@@ -84,7 +102,7 @@ async def forward(relay: Relay, scope: dict[str, Any], receive: Receive, out: Re
         relay.flights.discard(flight)
 
 
-async def _exchange(relay: Relay, scope: dict[str, Any], out: Responder, call: Call, family: str,
+async def _exchange(relay: Relaying, scope: dict[str, Any], out: Responder, call: Call, family: str,
                     exchange: Exchange, flight: Flight) -> None:  # fmt: skip
     try:
         client, request = _request(relay, scope, call, exchange)
@@ -116,7 +134,7 @@ async def _exchange(relay: Relay, scope: dict[str, Any], out: Responder, call: C
         await _whole(relay, out, call, family, resp, exchange, headers, flight)
 
 
-def _request(relay: Relay, scope: dict[str, Any], call: Call, exchange: Exchange) -> tuple[httpx.AsyncClient, httpx.Request]:  # fmt: skip
+def _request(relay: Relaying, scope: dict[str, Any], call: Call, exchange: Exchange) -> tuple[httpx.AsyncClient, httpx.Request]:  # fmt: skip
     url = httpx.URL(relay.settings.upstream + exchange.upstream_path)
     query = scope.get("query_string") or b""
     # The client's query string belongs to its own route (Claude Code's `?beta=true`), not to a translated one.
@@ -136,14 +154,14 @@ def _request(relay: Relay, scope: dict[str, Any], call: Call, exchange: Exchange
 Failure = tuple[int, str, str]
 
 
-def _cut(relay: Relay, flight: Flight, before: str) -> Failure:
+def _cut(relay: Relaying, flight: Flight, before: str) -> Failure:
     if flight.cut_by == "client":
         return 499, "client_disconnected", f"client disconnected before {before}"
     deadline = relay.settings.shutdown_timeout_s
     return 503, "timeout", f"the proxy shut down ({deadline:g} s deadline) before {before}; retry"
 
 
-async def _fail(relay: Relay, out: Responder, call: Call, family: str, failure: Failure) -> None:
+async def _fail(relay: Relaying, out: Responder, call: Call, family: str, failure: Failure) -> None:
     status, outcome, reason = failure
     call.status_code = status
     call.finish(outcome, reason)
@@ -154,7 +172,7 @@ async def _fail(relay: Relay, out: Responder, call: Call, family: str, failure: 
     await out.error(family, status, reason)
 
 
-async def _whole(relay: Relay, out: Responder, call: Call, family: str, resp: httpx.Response,
+async def _whole(relay: Relaying, out: Responder, call: Call, family: str, resp: httpx.Response,
                  exchange: Exchange, headers: list[tuple[bytes, bytes]], flight: Flight) -> None:  # fmt: skip
     body = ResponseBody(call, relay)
     failure: Failure | None = None
@@ -203,7 +221,7 @@ def _client_body(call: Call, status: int, exchange: Exchange) -> tuple[int, Iter
     return status, [body], len(body)
 
 
-async def _stream(relay: Relay, out: Responder, call: Call, resp: httpx.Response, exchange: Exchange,
+async def _stream(relay: Relaying, out: Responder, call: Call, resp: httpx.Response, exchange: Exchange,
                   headers: list[tuple[bytes, bytes]], flight: Flight) -> None:  # fmt: skip
     body = ResponseBody(call, relay)
     enc = call.response_encoding
@@ -250,7 +268,7 @@ def _ends(call: Call, outcome: str, error: str, message: str) -> bytes:
     return errors.stream_error_event(call.api, message)
 
 
-def _stream_cut(relay: Relay, call: Call, out: Responder, flight: Flight) -> bytes | None:
+def _stream_cut(relay: Relaying, call: Call, out: Responder, flight: Flight) -> bytes | None:
     delivered = f"{out.delivered} bytes of the response had been delivered"
     if flight.cut_by == "client":
         call.finish("client_disconnected", f"client disconnected; {delivered}")
@@ -260,7 +278,7 @@ def _stream_cut(relay: Relay, call: Call, out: Responder, flight: Flight) -> byt
     return _ends(call, "timeout", error, "the proxy is shutting down; retry")
 
 
-async def _close_stream(relay: Relay, out: Responder, call: Call, resp: httpx.Response, event: bytes | None,
+async def _close_stream(relay: Relaying, out: Responder, call: Call, resp: httpx.Response, event: bytes | None,
                         readable: bool) -> None:  # fmt: skip
     with anyio.CancelScope(shield=True):
         with anyio.move_on_after(_FINAL_SEND_S):
