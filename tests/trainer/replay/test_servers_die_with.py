@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -35,6 +36,7 @@ def test_killed_bench_leaves_no_server(tmp_path: Path) -> None:
     bench = subprocess.Popen(
         [sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
     )
+    servers: list[psutil.Process] = []
     try:
         assert bench.stdout is not None
         assert bench.stdout.readline().strip() == "up", (tmp_path / "server-plain.log").read_text()
@@ -44,6 +46,7 @@ def test_killed_bench_leaves_no_server(tmp_path: Path) -> None:
         bench.wait()
         _, alive = psutil.wait_procs(servers, timeout=60)
         assert alive == [], f"the server outlived its bench: {alive}"
-    finally:
-        for child in psutil.Process().children(recursive=True):
-            child.kill()
+    finally:  # whatever failed: no server left behind by the test either
+        for proc in [*psutil.Process().children(recursive=True), *servers]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
