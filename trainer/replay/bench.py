@@ -114,7 +114,7 @@ def bench(s: BenchSettings) -> dict[str, object]:
             min_draft_steps=s.min_draft_steps,
             rank=s.rank,
             model_free=model_free,
-            dtype=VllmServer.model_validate({"dtype": s.dtype}).resolved_dtype()
+            dtype=VllmServer.model_validate({"dtype": s.served_dtype}).resolved_dtype()
             if engine == "vllm"
             else "float32",
             baseline_logits=engine == "vllm",

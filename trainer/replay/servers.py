@@ -55,12 +55,17 @@ class BenchSettings(BaseModel):
         default=False, description="vLLM: torch.compile each server (faster decoding, minutes more to start)."
     )
     max_model_len: int = Field(default=32768, ge=256, description="vLLM: the context each server serves.")
-    dtype: str = Field(
-        default="auto",
-        description="vLLM: the dtype every server computes in; auto: bfloat16 where the CPU has it natively "
-        "(AVX-512 BF16, AMX), else float32. float32 judges with the finest numerics.",
+    dtype: str | None = Field(
+        default=None,
+        description="vLLM: the dtype every server computes in (auto: bfloat16 where the hardware has it). "
+        "Default: float32 on a CPU, whose bf16 speculative verify pass diverged from plain decoding at 3-9 "
+        "bf16 steps on 13k-token prompts (docs/serving.md); auto with --gpu.",
     )
     kv_cache_gib: float = Field(default=2.0, gt=0, description="vLLM: KV cache per server (GiB).")
+
+    @property
+    def served_dtype(self) -> str:
+        return self.dtype or ("auto" if self.gpu else "float32")
     calls: int = Field(default=24, ge=1, description="Held-out calls replayed.")
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 8], description="Concurrency levels (default: 1 and 8)."
@@ -149,7 +154,7 @@ def command(engine: str, target: str, server: Server, port: int, s: BenchSetting
     if engine == "vllm":
         cmd = [sys.executable, "-m", "serving", "serve", "--model", target, "--port", str(port),
                "--max-model-len", str(s.max_model_len), "--kv-cache-gib", str(s.kv_cache_gib),
-               "--dtype", s.dtype]  # fmt: skip
+               "--dtype", s.served_dtype]  # fmt: skip
         cmd += [] if s.compile else ["--no-compile"]
         cmd += [f"--extra-arg={a}" for a in server.extra]
         tokens = drafted_tokens(server.draft) if server.draft is not None else s.draft_tokens

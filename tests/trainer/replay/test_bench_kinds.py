@@ -40,7 +40,9 @@ def test_each_kind_is_served_by_its_method_and_dspark_by_our_engine_on_vllm_cpu(
     assert '"num_speculative_tokens": 7' in argv[-1]  # the drafter's own block: 8 - 1
     plain = command("vllm", "smollm2", chosen["plain"], 1, s)
     assert "--extra-arg=--logprobs-mode=raw_logits" in plain  # its logits' magnitude sets the near-tie rule
-    assert plain[plain.index("--dtype") + 1] == "auto"  # bf16 where the CPU has it: the report says which
+    assert plain[plain.index("--dtype") + 1] == "float32"  # a CPU judges in float32 unless asked otherwise
+    on_gpu = command("vllm", "smollm2", chosen["plain"], 1, s.model_copy(update={"gpu": True}))
+    assert on_gpu[on_gpu.index("--dtype") + 1] == "auto"  # a GPU serves as users serve: bf16
     assert "serve-target" in command("vllm", "smollm2", chosen["dspark"], 1, s)  # the stand-in's server
     assert chosen["dflash2"].method == "dflash"  # vLLM picks the candidate walk by the architecture
     assert chosen["dflash2"].engine == "standin"
