@@ -66,6 +66,7 @@ class BenchSettings(BaseModel):
     @property
     def served_dtype(self) -> str:
         return self.dtype or ("auto" if self.gpu else "float32")
+
     calls: int = Field(default=24, ge=1, description="Held-out calls replayed.")
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 8], description="Concurrency levels (default: 1 and 8)."
