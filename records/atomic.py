@@ -22,13 +22,23 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _temporary(final: Path) -> Path:
+    return final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+
+
+def leftovers(final: Path) -> list[Path]:
+    """The temporaries of `final` that writers killed mid-write left (any process's, any thread's): for a
+    caller that knows no other writer of `final` is alive, to remove before writing it again."""
+    return sorted(final.parent.glob(f".{final.name}.*.tmp"))
+
+
 @contextlib.contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
     """A temporary path to write `final`'s new content to (by any writer: safetensors, pyarrow, ...); when
     the block ends without an error it becomes `final`, durably. Threads and processes may race: each
     writes its own temporary, the last rename wins, and every reader sees one whole version."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = _temporary(final)
     try:
         yield tmp
         fsync_path(tmp)

@@ -33,6 +33,7 @@ from accelerate.utils import broadcast_object_list
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
+from records.atomic import leftovers
 from standin import load_target
 from standin.loading import load_shared_weights
 from standin.model import Target
@@ -211,7 +212,7 @@ def features(
     if light and taps_fn is None and mine:
         target = load(cfg, acc, DTYPES[dtype], None)  # the whole target: this rank computes
     for n, shard in enumerate(mine, 1):
-        for stale in out.glob(f".{shard.name}.*.tmp"):  # a killed run's (this shard is this rank's alone)
+        for stale in leftovers(out / shard.name):  # a killed run's (this shard is this rank's alone)
             stale.unlink(missing_ok=True)
         t0 = time.monotonic()
         segments = stored_segments(target, shard.units, layer_ids, acc.device, taps_fn)

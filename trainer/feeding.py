@@ -34,8 +34,8 @@ class StepFeed:
         self.kept: dict[int, PackedStep] = {}
         self.ahead: dict[int, tuple[PackedStep, torch.cuda.Event]] = {}
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        in_process = kind_of(cfg.feature_source).in_process  # the target computes them: on this stream
-        self.reader = None if in_process else ThreadPoolExecutor(1, thread_name_prefix="feature-reader")
+        self.reads_ahead = not kind_of(cfg.feature_source).in_process  # else the target computes them here
+        self.reader: ThreadPoolExecutor | None = None  # started at the first read ahead
         self.reading: dict[int, Future[PackedStep]] = {}
 
     def new_epoch(self, steps: list[list[Unit]]) -> None:
@@ -47,8 +47,10 @@ class StepFeed:
         """Start bringing step `pick` closer: a kept step copied to the accelerator (on a GPU), or a step
         whose features come from files or a server read on the reader thread."""
         if pick not in self.kept:
-            if self.reader is not None and units is not None and pick not in self.reading:
+            if self.reads_ahead and units is not None and pick not in self.reading:
                 self._settle()
+                if self.reader is None:
+                    self.reader = ThreadPoolExecutor(1, thread_name_prefix="feature-reader")
                 self.reading[pick] = self.reader.submit(self._read, units)
             return
         if self.stream is None or pick in self.ahead:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from records.atomic import atomic_path, write_text
+from records.atomic import atomic_path, leftovers, write_text
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
@@ -33,3 +33,11 @@ def test_the_temporary_is_hidden_beside_the_file_and_renamed_over_it(tmp_path: P
     assert final.read_bytes() == b"whole"
     assert [p.name for p in tmp_path.iterdir()] == [final.name]
     assert final.stat().st_size == 5
+
+
+def test_a_killed_writers_temporary_is_found_for_the_next_writer(tmp_path: Path) -> None:
+    final = write_text(tmp_path / "shard.safetensors", "whole")
+    dead = tmp_path / ".shard.safetensors.4242.1.tmp"  # what a writer killed mid-write leaves
+    dead.write_text("half")
+    (tmp_path / ".other.safetensors.4242.1.tmp").write_text("not this file's")
+    assert leftovers(final) == [dead]
