@@ -101,24 +101,28 @@ target-standin: install
 harvest: install vllm docker
 	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(HARVEST_ARGS)
 
-# More supervised tokens from the same sessions: every recorded (training-side) agent prompt re-sampled by
+# More supervised tokens from the same sessions: every published training-side agent prompt re-sampled by
 # the serving engine (vLLM CPU started here, or TARGET_URL's with REGEN_ARGS="--url ..."), rows written to
-# $(DATA_DIR)/regenerated/ beside the recorded ones; resumable; `make train` then trains on both.
+# $(DATA_DIR)/regenerated/ (resumable), then the dataset exported again with them as `regenerated`
+# sequences (same split and tokenizer as before): `make train` and a user of the dataset train on both.
 REGEN_ARGS ?=
 .PHONY: regenerate
 regenerate: install vllm
 	$(BIN)/python -m trainer regenerate --data $(DATA_DIR) --target $(TARGET_MODEL) $(REGEN_ARGS)
+	@if [ -d $(DATA_DIR)/dataset ]; then $(BIN)/python -m factory export --data-dir $(DATA_DIR); fi
 
-# A DFlash drafter for the CPU target ($(TARGET_MODEL)) on the calls `make harvest` recorded in $(DATA_DIR)
-# (the bundled sample of call records while there are none): train, evaluate (tau by real speculative
+# A DFlash drafter for the CPU target ($(TARGET_MODEL)) on the dataset `make harvest` exported to
+# $(DATA_DIR)/dataset, its published `sequences` config (the bundled sample of call records while there is
+# none): train, evaluate (tau by real speculative
 # decoding + the lossless check), export, and the parity gate against vLLM (docs/serving.md): an export that
 # fails it is refused (PARITY_ARGS=--override keeps it, marked). The run is runs/<name>/, runs/latest its link.
 TRAIN_CONFIG ?= trainer/configs/cpu.yaml
 RUNS_DIR ?= runs
 .PHONY: train
 PARITY_ARGS ?=
+TRAIN_DATA ?= $(if $(wildcard $(DATA_DIR)/dataset/data/sequences),$(DATA_DIR)/dataset,$(DATA_DIR))
 train: install vllm
-	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(DATA_DIR) --set runs_dir=$(RUNS_DIR) $(TRAIN_ARGS)
+	$(BIN)/python -m trainer train --config $(TRAIN_CONFIG) --set target=$(TARGET_MODEL) --set data=$(TRAIN_DATA) --set runs_dir=$(RUNS_DIR) $(TRAIN_ARGS)
 	$(BIN)/python -m trainer eval $(RUNS_DIR)/latest
 	$(BIN)/python -m trainer export $(RUNS_DIR)/latest $(RUNS_DIR)/latest/export
 	$(BIN)/python -m trainer parity $(RUNS_DIR)/latest --launch --prove-export $(PARITY_ARGS)

@@ -10,7 +10,7 @@ import typer
 from clikit import settings_command
 from factory.cli_common import DataDir, Db, app, console
 from factory.cli_common import db_sessions as _sessions
-from factory.publish.export import ExportSettings
+from factory.publish.export import ExportSettings, remembered
 from factory.publish.export import export as do_export
 
 
@@ -22,8 +22,13 @@ def export(
     db: Db = None,
     out: Annotated[Path | None, typer.Option(help="Default: DATA_DIR/dataset")] = None,
 ) -> None:
-    """Write the dataset in the Hugging Face Hub layout (calls and sessions configs)."""
+    """Write the dataset in the Hugging Face Hub layout (calls, trajectories, sequences, sessions). Made again
+    into the same folder, it keeps the previous export's held_out, tokenizer, target_model and repo_id
+    unless they are given."""
     dest = out or data_dir / "dataset"
+    settings = ExportSettings(
+        **{**remembered(dest), **settings.model_dump(include=settings.model_fields_set)}
+    )
     s = do_export(
         _sessions(db, data_dir),
         data_dir,

@@ -14,10 +14,8 @@ message). A `calls` row holds offsets into its trajectory and what is its own:
 
 A call whose prompt is not an extension of any earlier call's starts a trajectory of its own, so every slice
 is exact. Only plain columns: any Parquet reader rebuilds a call with one join and a slice (the card shows
-it, and tests/factory/test_dataset_plain.py does it with pandas alone). `sequences` is the training-ready
-config: one row per trajectory (or per call whose completion is not in its trajectory) with `input_ids`
-and `loss_mask` over the target's own completions. docs/dataset.md describes every column
-(`COLUMN_DOCS`)."""
+it, and tests/factory/test_dataset_plain.py does it with pandas alone). `sequences`, the training-ready
+config, is records/sequences.py's. docs/dataset.md describes every column (`COLUMN_DOCS`)."""
 
 from __future__ import annotations
 
@@ -105,24 +103,6 @@ TRAJECTORIES_SCHEMA = pa.schema(
         ("call_ids", pa.list_(pa.string())),
         ("token_ids", _IDS),
         ("messages", _TEXTS),
-    ],
-    metadata=_META,
-)
-
-SEQUENCES_SCHEMA = pa.schema(
-    [
-        ("sequence_id", pa.string()),
-        ("input_ids", _IDS),
-        ("loss_mask", pa.list_(pa.int8())),
-        ("span_starts", _IDS),
-        ("span_ends", _IDS),
-        ("call_ids", pa.list_(pa.string())),
-        ("trajectory_id", pa.string()),
-        ("session_id", pa.string()),
-        ("repo", pa.string()),
-        ("agent", pa.string()),
-        ("lang", pa.string()),
-        ("split", pa.string()),
     ],
     metadata=_META,
 )

@@ -73,20 +73,21 @@ TRAJECTORIES = {
 }
 
 SEQUENCES = {
-    "sequence_id": "the trajectory's id, or `<trajectory_id>:<call_id>` for a call whose completion is "
-    "not in its trajectory",
-    "input_ids": "token ids: the trajectory up to its last supervised completion, or that call's prompt + "
-    "completion",
+    "sequence_id": "`<session_id>-s<k>`: a chain of the session's calls, each prompt extending the previous "
+    "call's prompt + completion; a re-sample's own `call_id`",
+    "input_ids": "token ids: the chain's last prompt + completion",
     "loss_mask": "1 on the ids the target generated (the completions), 0 on context",
     "span_starts": "where each supervised completion starts in `input_ids`",
     "span_ends": "where it ends (exclusive)",
     "call_ids": "the calls whose completions are the spans, in order",
-    "trajectory_id": "the trajectory it comes from",
     "session_id": "the session",
     "repo": "the task's repository",
     "agent": "the agent",
     "lang": "the task's language",
     "split": "`train` or `test` (whole repositories, or whole sessions: see the card)",
+    "source": "`recorded` (the agents' calls) or `regenerated` (a recorded prompt's completion drawn again "
+    "from the target by `python -m trainer regenerate`; `train` side only)",
+    "regenerated_from": "for a `regenerated` row, the `call_id` whose prompt it re-sampled",
 }
 
 SESSIONS = {

@@ -1,58 +1,50 @@
 """No held-out token is trained on, and only held-out calls are judged: the held-out repositories followed
-from the export's split (`records.split`, as `factory.publish` applies it) through the trainer's data and
-packed steps and the replay's selection. The same check run with a planted change of one side's split key
-(the trainer hashing the repository its old way, ignoring the export's split) finds the leak."""
+from a real export (`records.split`, as `factory.publish` applies it) through the trainer's reading of the
+published `sequences` config, its packed steps and the replay's selection of the published `calls`. The
+same check run with a planted change (the trainer hashing the repository its own way, ignoring the
+published split) finds the leak."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from factory.publish.sessions import plan_splits
+from factory.publish.export import export
 from records import split
-from tests.trainer.dflash.tiny import tiny_target, write_calls
+from records.sequences import Sequence
+from tests.harvested import harvested, queue
+from tests.trainer.dflash.tiny import tiny_target
 from trainer.config import TrainConfig
 from trainer.data import build as data_build
-from trainer.data.records import load_examples, read_rows
 from trainer.packed import plan_steps
 from trainer.replay.calls import load_calls
 
-SESSIONS, REPOS = 12, 5
+SESSIONS, REPOS = 12, 5  # the first 12 of the sessions planned get calls
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
-    """A dataset folder as the export writes its `calls` config (train-* / test-* files), and the call ids
-    of its test split. Sessions are spread over fewer repositories, so a repository has several."""
+    """A real export (sessions run by the fake runner against a SQLite queue, their calls in the proxy's
+    parts with the tiny target's ids) and the call ids of its test split. The sessions' repositories come
+    from the queue: several sessions per repository."""
     tmp = tmp_path_factory.mktemp("export")
-    rows = pq.read_table(
-        write_calls(tiny_target(layers=4), tmp / "all.parquet", sessions=SESSIONS, calls=2)
-    ).to_pylist()
-    for r in rows:
-        r["repo"] = f"Org/Repo{int(r['session_id'][1:]) % REPOS}"
-    sessions = [{"session_id": f"s{i}", "repo": f"Org/Repo{i % REPOS}"} for i in range(SESSIONS)]
-    plan = plan_splits(sessions, {s["session_id"]: 2 for s in sessions}, held_out=0.3)
-    assert plan.by == "repository"
-    folder = tmp / "dataset" / "data" / "calls"
-    folder.mkdir(parents=True)
-    for side in (split.TRAIN, split.TEST):
-        mine = [r for r in rows if plan.side(r["session_id"]) == side]
-        pq.write_table(pa.Table.from_pylist(mine), folder / f"{side}-00000-of-00001.parquet")
-    test_ids = {r["call_id"] for r in rows if plan.side(r["session_id"]) == split.TEST}
+    rows = harvested(tmp, sessions=SESSIONS, repos=REPOS)
+    export(queue(tmp), tmp / "data", tmp / "data" / "dataset", held_out=0.3)
+    test_files = (tmp / "data" / "dataset" / "data" / "calls").glob("test-*.parquet")
+    test_ids = {c for f in test_files for c in pq.read_table(f, columns=["call_id"]).column(0).to_pylist()}
     assert 0 < len(test_ids) < len(rows)
-    return tmp / "dataset", test_ids
+    return tmp / "data" / "dataset", test_ids
 
 
 def leaks(dataset: Path, test_ids: set[str]) -> dict[str, Any]:
     """What crossed: held-out calls in the trainer's training sequences or packed steps, training calls in
     the trainer's eval side or the replay's selection."""
-    target = tiny_target(layers=4)
-    examples, _ = load_examples(target, read_rows(dataset))
-    res = data_build.build_from_examples(examples, data_build.Report(), max_len=10_000, eval_fraction=0.3)
+    res = data_build.build(tiny_target(layers=4), dataset, max_len=10_000, eval_fraction=0.3)
+    assert res.report["records"]["kept"], res.report
+    assert res.report["split"]["by"].startswith("dataset split"), res.report
     cfg = TrainConfig(target="tiny", max_len=10_000)
     stepped = {
         c for units in plan_steps(cfg, res.train) for u in units for s in u.segments for c in s.seq.call_ids
@@ -79,7 +71,7 @@ def test_a_planted_change_of_the_trainers_split_key_is_caught(
     exported: tuple[Path, set[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dataset, test_ids = exported
-    monkeypatch.setattr(data_build, "_hints", lambda examples: {})  # the export's split ignored, and
-    monkeypatch.setattr(data_build, "_repo", lambda s: f"repo:{s.repo}")  # the repository hashed another way
+    # the published split ignored: the trainer hashing the repository its own way
+    monkeypatch.setattr(Sequence, "held_out", property(lambda s: split.fraction(f"repo:{s.repo}") < 0.3))
     found = leaks(dataset, test_ids)
     assert found["trained"], found  # held-out calls trained on: the check sees it

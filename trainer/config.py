@@ -35,7 +35,8 @@ class TrainConfig(BaseModel):
     target: str = Field("smollm2", description="smollm2, tiny-qwen3, or a Hugging Face model directory.")
     data: str = Field(
         "data",
-        description="Call records: DATA_DIR (its dataset/ export or calls/), a calls/ dir, a file, an export.",
+        description="An exported dataset (its `sequences` config: DATA_DIR/dataset, an export folder, or a "
+        "Hub dataset id), else call records (DATA_DIR/calls, a folder, a file, s3://…).",
     )
     sample_fallback: bool = Field(False, description="No records under `data`: use the bundled sample.")
     model_filter: str | None = Field(None, description="Keep only calls whose `model` column equals this.")
@@ -61,7 +62,9 @@ class TrainConfig(BaseModel):
         16, ge=2, description="Block size B: the anchor + B-1 drafted tokens (vLLM num_speculative_tokens)."
     )
     regenerated: bool = Field(
-        True, description="Also train on DATA/regenerated (`trainer regenerate`) when it holds rows."
+        True,
+        description="Also train on re-sampled completions (`trainer regenerate`): an export's `regenerated` "
+        "sequences, or DATA/regenerated beside call records.",
     )
     head_rank: int = Field(
         64, ge=1, description="dspark: the Markov head's rank; dflash2: the candidate selector's rank."

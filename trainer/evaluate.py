@@ -79,7 +79,7 @@ def prompts_from_sequences(seqs: list[Any], n: int, max_prompt_len: int) -> list
 
 def _prompt(seq: Any, start: int, window: int | None = None) -> Prompt:
     lo = max(0, start - window) if window else 0
-    return Prompt(seq.input_ids[lo:start], seq.agent, seq.language, seq.session_id, truncated=lo > 0)
+    return Prompt(seq.input_ids[lo:start], seq.agent, seq.lang, seq.session_id, truncated=lo > 0)
 
 
 def _round_robin(queues: list[list[Prompt]], n: int) -> list[Prompt]:

@@ -15,10 +15,11 @@ import yaml
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
-from records.io import parquet_files
+from records.io import REGENERATED_DIR, parquet_files
 from records.storage import is_url
 from trainer.config import TrainConfig, run_name
 from trainer.data.make_sample import SAMPLE_DIR
+from trainer.data.published import HUB_ID, hub_snapshot, sequences_dir
 
 
 def open_run(acc: Accelerator, cfg: TrainConfig, argv: Sequence[str]) -> tuple[TrainConfig, Path]:
@@ -48,10 +49,17 @@ def point_latest(runs_dir: Path, run_dir: Path) -> None:
 
 
 def resolve_data(cfg: TrainConfig) -> str | Path:
-    """The call records to train on; the bundled sample for the target when allowed and there are none.
-    A storage URL (``s3://bucket/run``: records/storage.py) is read in place by records.io."""
+    """What to train on: an exported dataset (its `sequences` config; a Hub dataset id is downloaded), else
+    call records, else the bundled sample for the target when allowed. A storage URL
+    (``s3://bucket/run``: records/storage.py) is read in place by records.io."""
     if is_url(cfg.data):
         return cfg.data
+    published = sequences_dir(cfg.data)
+    if published is not None:
+        _say_unpublished(published.parent.parent)
+        return Path(cfg.data)
+    if not Path(cfg.data).exists() and HUB_ID.match(cfg.data):
+        return hub_snapshot(cfg.data)
     try:
         parquet_files(cfg.data)
         return Path(cfg.data)
@@ -63,6 +71,19 @@ def resolve_data(cfg: TrainConfig) -> str | Path:
             f"no call records under {cfg.data} yet (run `make harvest`): using the bundled sample {sample}"
         )
         return sample
+
+
+def _say_unpublished(export: Path) -> None:
+    """Re-sampled rows written beside the export after it was made are not in it: say how to publish them."""
+    regen, stats = export.parent / REGENERATED_DIR, export / "stats.json"
+    if not stats.is_file() or not regen.is_dir():
+        return
+    newer = [f for f in regen.glob("*.parquet") if f.stat().st_mtime > stats.stat().st_mtime]
+    if newer:
+        typer.echo(
+            f"{regen} has {len(newer)} part(s) newer than the export {export}: they are not trained on "
+            f"until it is made again (python -m factory export --data-dir {export.parent}; make regenerate does)"
+        )
 
 
 def write_provenance(run_dir: Path, cfg: TrainConfig, argv: Sequence[str]) -> None:

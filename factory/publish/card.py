@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from factory.publish.card_loading import CONFIGS, loading, schema_tables
-from records.dataset import DATASET_CALLS_SCHEMA, SEQUENCES_SCHEMA, SESSIONS_SCHEMA, TRAJECTORIES_SCHEMA
+from records.dataset import DATASET_CALLS_SCHEMA, SESSIONS_SCHEMA, TRAJECTORIES_SCHEMA
+from records.sequences import SEQUENCES_SCHEMA
 
 SCHEMAS = {
     "calls": DATASET_CALLS_SCHEMA,
@@ -44,7 +45,10 @@ class ExportStats:
     trajectories: int = 0
     sequences: int = 0
     supervised_tokens: int = 0  # loss_mask ones over `sequences`
+    sequences_by_source: Counter[str] = field(default_factory=Counter)  # recorded | regenerated
+    regenerated_skipped: Counter[str] = field(default_factory=Counter)  # re-samples left out, by reason
     files: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes)
+    settings: dict[str, Any] = field(default_factory=dict)  # what a re-export keeps (REMEMBERED)
 
     @property
     def exact_ids_fraction(self) -> float | None:
@@ -96,12 +100,14 @@ def stats_json(stats: ExportStats) -> dict[str, Any]:
         "exact_ids_fraction": stats.exact_ids_fraction, "ids_redacted": stats.ids_redacted,
         "token_ids_dropped": stats.token_ids_dropped,
         "trajectories": stats.trajectories, "sequences": stats.sequences,
-        "supervised_tokens": stats.supervised_tokens, "tokenizer": stats.tokenizer,
+        "supervised_tokens": stats.supervised_tokens, "sequences_by_source": dict(stats.sequences_by_source),
+        "regenerated_skipped": dict(stats.regenerated_skipped), "tokenizer": stats.tokenizer,
         "tokenizer_sha256": stats.tokenizer_sha256, "licenses": stats.licenses, "secrets_scrubbed": dict(stats.secrets),
         "secrets_in_ids": dict(stats.secrets_in_ids), "calls_by_split": dict(stats.by_split),
         "sessions_by_split": dict(stats.sessions_by_split), "split": {"by": stats.split_by, "note": stats.split_note},
         "agents": dict(stats.agents), "target_models": dict(stats.target_models),
         "by_agent_lang": stats.by_cell, "totals": stats.totals(), "files": dict(stats.files),
+        "settings": stats.settings,
     }  # fmt: skip
 
 
@@ -190,7 +196,11 @@ the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a t
   turn in its session and its first-byte latency.
 - **trajectories**: {stats.trajectories:,} chains of calls whose prompts extend each other: the token ids
   and messages the calls' rows slice.
-- **sequences**: {stats.sequences:,} training sequences, {stats.supervised_tokens:,} supervised tokens.
+- **sequences**: {stats.sequences:,} training sequences ({_counts(stats.sequences_by_source)}),
+  {stats.supervised_tokens:,} supervised tokens. `regenerated` rows are recorded prompts with a completion
+  drawn again from the target (`python -m trainer regenerate`), on the train side only; re-samples left
+  out: {_counts(stats.regenerated_skipped)}. `python -m trainer train --set data=<this folder>` trains on
+  this config.
 - **sessions**: {stats.sessions:,} agent sessions ({_counts(stats.sessions_by_split)}): task, outcome, exit
   status, duration, the agent's patch, call and token totals.
 

@@ -56,7 +56,9 @@ Four configs (YAML above), each with `train` and `test` splits:
   A call's prompt ids are `token_ids[:prompt_len]`; its messages `messages[:messages_prefix] + messages_tail`
   (JSON texts); the request body is `request_params` with that list under `messages_field`.
 - **sequences**: training-ready: `input_ids`, `loss_mask` (1 on the target's own completions), the spans
-  and call ids, session, agent, language and split: the shape speculators and SpecForge take.
+  and call ids, session, agent, language, split and `source` (`recorded`, or `regenerated`: a recorded
+  prompt's completion drawn again): the shape speculators and SpecForge take, and what dflash-factory's
+  trainer reads.
 - **sessions**: one row per agent session: task, outcome, patch, tests before and after, totals.
 
 With `datasets`:

@@ -36,6 +36,7 @@ from factory.db import Session
 from factory.publish.card import SCHEMAS, ExportStats, card, plots, stats_json
 from factory.publish.incremental import SessionScrubber, scrub_row
 from factory.publish.redact_ids import IdsRedactor
+from factory.publish.regenerated import Sources, publishable
 from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, read_calls
 from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import plan_splits, session_rows
@@ -43,9 +44,11 @@ from factory.publish.shards import ShardWriter
 from factory.publish.tokenizer import load_tokenizer, tokenizer_sha256
 from factory.publish.trajectories import SessionTrajectories
 from records import split
+from records.io import regenerated_dir
+from records.sequences import Sequence
 from records.storage import calls_store
 
-__all__ = ["ExportSettings", "ExportStats", "export", "load_tokenizer"]
+__all__ = ["REMEMBERED", "ExportSettings", "ExportStats", "export", "load_tokenizer", "remembered"]
 log = logging.getLogger(__name__)
 
 
@@ -86,6 +89,20 @@ class ExportSettings(BaseSettings):
     )
 
 
+# What a re-export of the same folder keeps unless it is given again: its split and its tokenizer (a
+# re-export after `trainer regenerate` must hold out what the first one did and redact ids the same way).
+REMEMBERED = ("held_out", "tokenizer", "target_model", "repo_id")
+
+
+def remembered(out_dir: Path) -> dict[str, Any]:
+    """The REMEMBERED settings of the export already at `out_dir` (none: {})."""
+    stats = out_dir / "stats.json"
+    if not stats.is_file():
+        return {}
+    saved = json.loads(stats.read_text()).get("settings") or {}
+    return {k: saved[k] for k in REMEMBERED if k in saved}
+
+
 def _calls_dir(data_dir: Path, calls_url: str | None) -> Path:
     """DATA_DIR/calls, or a local cache of the calls at `calls_url` (only new or changed parts fetched)."""
     if not calls_url:
@@ -108,8 +125,8 @@ class _Writers:
             )  # fmt: skip
         return self.open[(config, split)]
 
-    def emit(self, session: SessionTrajectories, split: str, stats: ExportStats) -> None:
-        """A finished session's trajectories, calls and sequences."""
+    def emit(self, session: SessionTrajectories, split: str, stats: ExportStats, sources: Sources) -> None:
+        """A finished session's trajectories, calls and sequences (noted in `sources` for re-samples)."""
         for out in session.close(split):
             if out.trajectory is not None:
                 self("trajectories", split).add(out.trajectory)
@@ -117,9 +134,14 @@ class _Writers:
             for row in out.calls:
                 self("calls", split).add(row)
             for seq in out.sequences:
-                stats.sequences += 1
-                stats.supervised_tokens += int(seq["loss_mask"].sum())
-                self("sequences", split).add(seq)
+                self.sequence(seq, stats)
+                sources.note(seq, session.prompt_hashes)
+
+    def sequence(self, seq: Sequence, stats: ExportStats) -> None:
+        stats.sequences += 1
+        stats.supervised_tokens += seq.supervised
+        stats.sequences_by_source[seq.source] += 1
+        self("sequences", seq.split).add(seq.row())
 
     def close(self) -> list[tuple[str, int]]:
         paths = [p for w in self.open.values() for p in w.close()]
@@ -148,6 +170,7 @@ def export(
     calls_of = {s["session_id"]: per_proxy.get(k, 0) for k, s in by_proxy.items()}
     plan = plan_splits(list(by_proxy.values()), calls_of, cfg.held_out)
     stats.split_by, stats.split_note = plan.by, plan.note
+    stats.settings = {k: getattr(cfg, k) for k in REMEMBERED}
     scrubber = Scrubber([*PUBLIC_CONSTANTS, *cfg.public_constants])
     redactor = IdsRedactor(load_tokenizer(cfg.tokenizer), scrubber) if cfg.tokenizer else None
     stats.tokenizer = cfg.tokenizer
@@ -158,9 +181,19 @@ def export(
     state = SessionScrubber(scrubber, redactor, Counter(per_proxy))
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     say(f"export: {total:,} calls in {len(files):,} parts, {len(by_proxy):,} sessions; held out by {plan.by}")
+    sources = Sources()
     _write_calls(
-        _ticking(read_calls(files, cfg.batch_rows), total, say), by_proxy, plan, state, writers, stats, cfg
+        _ticking(read_calls(files, cfg.batch_rows), total, say),
+        by_proxy,
+        plan,
+        state,
+        writers,
+        stats,
+        cfg,
+        sources,
     )
+    for seq in publishable(regenerated_dir(data_dir), sources, stats.regenerated_skipped):
+        writers.sequence(seq, stats)
     call_counts = _write_sessions(by_proxy, plan, scrubber, writers, stats)
     frac = "n/a" if stats.exact_ids_fraction is None else f"{stats.exact_ids_fraction:.1%}"
     say(f"export: {stats.calls:,} calls and {stats.sessions:,} sessions written; exact ids kept on {frac}")
@@ -200,6 +233,7 @@ def _write_calls(
     writers: _Writers,
     stats: ExportStats,
     cfg: ExportSettings,
+    sources: Sources,
 ) -> None:
     seen: set[bytes] = set()
     turns: Counter[str] = Counter()
@@ -229,9 +263,10 @@ def _write_calls(
             if proxy_sid:
                 state.seen(proxy_sid)  # counts the session's calls down
                 if state.remaining[proxy_sid] <= 0 and proxy_sid in open_:
-                    writers.emit(open_.pop(proxy_sid), plan.sides[by_proxy[proxy_sid]["session_id"]], stats)
+                    side = plan.sides[by_proxy[proxy_sid]["session_id"]]
+                    writers.emit(open_.pop(proxy_sid), side, stats, sources)
     for proxy_sid in sorted(open_):  # sessions with calls the count did not foresee
-        writers.emit(open_[proxy_sid], plan.sides[by_proxy[proxy_sid]["session_id"]], stats)
+        writers.emit(open_[proxy_sid], plan.sides[by_proxy[proxy_sid]["session_id"]], stats, sources)
 
 
 def _scrub(row: dict[str, Any], proxy_sid: str, state: SessionScrubber, stats: ExportStats) -> None:

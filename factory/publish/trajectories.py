@@ -4,8 +4,9 @@ A call joins the open trajectory of its session whose last call's prompt ids its
 (the longest such); otherwise it starts one. A call without ids but with a message list joins, the same
 way, the trajectory without ids whose last call shares the most leading messages; a call with neither
 belongs to no trajectory. When the session's last call has gone by, each trajectory becomes one
-`trajectories` row (its last call's prompt + completion ids and messages), one `calls` row per call (offsets
-into it) and its `sequences` rows (records/dataset.py has the layout).
+`trajectories` row (its last call's prompt + completion ids and messages) and one `calls` row per call
+(offsets into it; records/dataset.py has the layout). The session's trainable calls are merged into its
+`sequences` rows by the rule the trainer shares (records/sequences.py).
 
 What a session holds while open: its last call's prompt ids per trajectory, every call's row without its
 prompt and request, and its message texts, shared between consecutive calls (a message equal to the
@@ -13,6 +14,7 @@ previous call's is the same string object), so memory grows with what the sessio
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from records.dataset import common_prefix, split_request
+from records.sequences import Sequence, SessionMerge, untrainable
 
 
 @dataclass
@@ -49,11 +52,11 @@ class _Trajectory:
 
 @dataclass
 class Emitted:
-    """One trajectory's rows (or, with `trajectory` None, calls that belong to none)."""
+    """One trajectory's rows (or, with `trajectory` None, calls that belong to none, or the sequences)."""
 
     trajectory: dict[str, Any] | None
     calls: list[dict[str, Any]]
-    sequences: list[dict[str, Any]]
+    sequences: list[Sequence] = field(default_factory=list)
 
 
 class SessionTrajectories:
@@ -61,6 +64,8 @@ class SessionTrajectories:
         self.session = session
         self.trajectories: list[_Trajectory] = []
         self.loose: list[dict[str, Any]] = []  # calls with neither ids nor a message list
+        self.merge = SessionMerge()
+        self.prompt_hashes: dict[str, bytes] = {}  # trainable call -> its prompt ids' hash (re-samples)
 
     def add(self, row: dict[str, Any]) -> None:
         """Take a scrubbed `calls` row with `prompt_token_ids` and `request_json` whole."""
@@ -68,6 +73,13 @@ class SessionTrajectories:
         params, fld, messages = split_request(row.pop("request_json", None))
         row.update(request_params=params, messages_field=fld)
         completion = row.get("completion_token_ids")
+        if (
+            prompt is not None
+            and completion is not None
+            and untrainable({**row, "prompt_token_ids": prompt}) is None
+        ):
+            self.merge.add(row["call_id"], prompt, completion)
+            self.prompt_hashes[row["call_id"]] = ids_hash(prompt)
         if prompt is None and messages is None:
             row.update(trajectory_id=None, prompt_len=None, messages_prefix=None, messages_tail=None)
             row["completion_in_trajectory"] = None
@@ -101,13 +113,18 @@ class SessionTrajectories:
         return best
 
     def close(self, split: str) -> Iterator[Emitted]:
-        """Every trajectory's rows (its calls in turn order), then the calls in none."""
+        """Every trajectory's rows (its calls in turn order), the calls in none, then the sequences."""
         for t in self.trajectories:
-            yield self._emit(t, split)
+            yield self._emit(t)
         if self.loose:
-            yield Emitted(None, self.loose, [])
+            yield Emitted(None, self.loose)
+        s = self.session
+        seqs = self.merge.sequences(
+            s["session_id"], repo=s["repo"], agent=s["agent"], lang=s["lang"], split=split
+        )
+        yield Emitted(None, [], seqs)
 
-    def _emit(self, t: _Trajectory, split: str) -> Emitted:
+    def _emit(self, t: _Trajectory) -> Emitted:
         head = t.members[-1]
         tokens = None
         if t.head_prompt is not None:
@@ -133,15 +150,16 @@ class SessionTrajectories:
             "call_ids": [m.row["call_id"] for m in t.members], "token_ids": tokens, "messages": final,
         }  # fmt: skip
         calls = [m.row for m in t.members]  # in arrival order, as the session made them
-        return Emitted(traj, calls, list(_sequences(t, tokens, traj, split)))
+        return Emitted(traj, calls)
+
+
+def ids_hash(ids: Any) -> bytes:
+    """A prompt's ids, hashed: a re-sample is published only when its prompt is a published call's."""
+    return hashlib.blake2b(np.asarray(ids, dtype=np.int32).tobytes(), digest_size=16).digest()
 
 
 def _ids(value: Any) -> np.ndarray | None:
     return None if value is None else np.asarray(value, dtype=np.int32)
-
-
-def _n(ids: np.ndarray | None) -> int:
-    return 0 if ids is None else len(ids)
 
 
 def _in(tokens: np.ndarray | None, m: _Member) -> bool | None:
@@ -150,40 +168,3 @@ def _in(tokens: np.ndarray | None, m: _Member) -> bool | None:
         return None
     end = m.prompt_len + len(m.completion)
     return end <= len(tokens) and bool(np.array_equal(tokens[m.prompt_len : end], m.completion))
-
-
-def _sequences(
-    t: _Trajectory, tokens: np.ndarray | None, traj: dict[str, Any], split: str
-) -> Iterator[dict[str, Any]]:
-    """The trajectory with a span per completion found in it, and one sequence per completion that is not
-    (its own prompt + completion); the loss mask marks the target's generated ids."""
-    if tokens is None:
-        return
-    base = {k: traj[k] for k in ("trajectory_id", "session_id", "repo", "agent", "lang")}
-    inside = [m for m in t.members if m.row["completion_in_trajectory"] and _n(m.completion)]
-    if inside:
-        spans = [(m.prompt_len or 0, (m.prompt_len or 0) + _n(m.completion)) for m in inside]
-        end = spans[-1][1]
-        yield _sequence(t.id, tokens[:end], spans, [m.row["call_id"] for m in inside], base, split)
-    for m in t.members:
-        if m.row["completion_in_trajectory"] is False and m.prompt_len and m.completion is not None:
-            ids = np.concatenate([tokens[: m.prompt_len], m.completion]).astype(np.int32)
-            span = [(m.prompt_len, len(ids))]
-            yield _sequence(f"{t.id}:{m.row['call_id']}", ids, span, [m.row["call_id"]], base, split)
-
-
-def _sequence(
-    sid: str,
-    ids: np.ndarray,
-    spans: list[tuple[int, int]],
-    calls: list[str],
-    base: dict[str, Any],
-    split: str,
-) -> dict[str, Any]:
-    mask = np.zeros(len(ids), np.int8)
-    for a, b in spans:
-        mask[a:b] = 1
-    return {
-        "sequence_id": sid, "input_ids": ids, "loss_mask": mask, "span_starts": [a for a, _ in spans],
-        "span_ends": [b for _, b in spans], "call_ids": calls, **base, "split": split,
-    }  # fmt: skip

@@ -10,7 +10,7 @@ from trainer.parity_settings import ParitySettings
 
 
 def _seq(n: int, starts: list[int], agent: str = "claude-code") -> SimpleNamespace:
-    return SimpleNamespace(input_ids=list(range(n)), span_starts=starts, agent=agent, language="en",
+    return SimpleNamespace(input_ids=list(range(n)), span_starts=starts, agent=agent, lang="en",
                            session_id=f"s{n}")  # fmt: skip
 
 

@@ -24,6 +24,8 @@ from typing import Any
 from records.agents import OTHER_AGENT
 from records.io import read_batches
 from records.schema import COLUMNS as RECORD_COLUMNS
+from records.sequences import untrainable
+from records.split import TEST, TRAIN
 from standin.model import Target
 from trainer.errors import TrainerError
 from wire import Api, shape_of
@@ -53,7 +55,7 @@ class CallExample:
     agent: str = OTHER_AGENT
     api: str = ""
     repo: str | None = None
-    language: str = "en"
+    lang: str = "en"
     split_hint: str | None = None  # the dataset's own split, when the records come from an export
     regenerated_from: str | None = None  # a re-sample of this recorded call (trainer/regenerate.py)
 
@@ -84,9 +86,9 @@ class Excluded(TrainerError):
 
 
 def split_hint(path: Path) -> str | None:
-    """The Hugging Face split a file belongs to (``test-00000-of-00001.parquet`` -> 'eval'), if named so."""
+    """The Hugging Face split a file belongs to (``test-00000-of-00001.parquet`` -> 'test'), if named so."""
     head = path.name.split("-", 1)[0]
-    return {"train": "train", "test": "eval", "validation": "eval", "eval": "eval"}.get(head)
+    return {"train": TRAIN, "test": TEST, "validation": TEST, "eval": TEST}.get(head)
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
@@ -237,24 +239,15 @@ def _finish(row: Mapping[str, Any], response: Mapping[str, Any]) -> str:
 
 def to_example(target: Target, row: Mapping[str, Any]) -> CallExample:
     """One kept call, or ``Excluded`` with the reason."""
-    if row.get("tag"):
-        raise Excluded(f"tagged:{row['tag']}")
-    if (row.get("outcome") or "ok") != "ok" or (row.get("status_code") or 200) != 200:
-        raise Excluded("not_ok")
     p_ids, c_ids = row.get("prompt_token_ids"), row.get("completion_token_ids")
-    if p_ids is not None and c_ids is not None:
-        prompt, completion, source = list(p_ids), list(c_ids), "stored"
+    why = untrainable(row)  # the rule the export's `sequences` share
+    if why is not None and why != "no_ids":
+        raise Excluded(why)
+    if why is None:
+        prompt, completion, source = list(p_ids), list(c_ids), "stored"  # type: ignore[arg-type]
         vocab = target.vocab_size
         if any(not 0 <= t < vocab for t in prompt) or any(not 0 <= t < vocab for t in completion):
             raise Excluded("ids_out_of_vocab")
-        # A redacted secret's placeholder re-tokenizes to another length than the secret had: the usage
-        # counts describe the original ids, so they cannot check these (the export re-checked them).
-        counted = (
-            () if row.get("ids_redacted") else ((prompt, "prompt_tokens"), (completion, "completion_tokens"))
-        )
-        for got, key in counted:
-            if row.get(key) is not None and int(row[key]) != len(got):
-                raise Excluded(f"stored_ids_disagree_with_{key}")
     else:
         prompt, completion = _render_example(target, row)
         source = "rendered"
@@ -286,7 +279,7 @@ def to_example(target: Target, row: Mapping[str, Any]) -> CallExample:
         agent=str(row.get("agent") or OTHER_AGENT),
         api=str(row.get("api") or ""),
         repo=row.get("repo"),
-        language=detect_language(row),
+        lang=detect_language(row),
         split_hint=row.get("split_hint"),
         regenerated_from=row.get("regenerated_from"),
     )

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from records.sequences import Sequence
+from records.sequences import resampled as resampled_sequence
 from trainer.data.records import CallExample
-from trainer.data.sequence import Sequence
 
 
 def attach_regenerated(
@@ -23,23 +24,12 @@ def attach_regenerated(
         if src is None:
             dropped["regenerated_source_not_kept"] += 1
             continue
-        if src.split != "train":
+        if src.held_out:
             dropped["regenerated_of_held_out_call"] += 1
             continue
-        n = len(ex.prompt_ids)
         out.append(
-            Sequence(
-                [*ex.prompt_ids, *ex.completion_ids],
-                [0] * n + list(ex.supervise),
-                [n],
-                [n + len(ex.completion_ids)],
-                src.session_id,
-                src.group,
-                src.repo,
-                src.agent,
-                src.language,
-                [ex.call_id],
-                "train",
+            resampled_sequence(
+                ex.call_id, str(ex.regenerated_from), ex.prompt_ids, ex.completion_ids, src, ex.supervise
             )
         )
     return out

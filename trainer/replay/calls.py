@@ -82,7 +82,7 @@ def held_out(
     """(the held-out rows, how they were chosen)."""
     splits = {r["split_hint"] for r in rows if r.get("split_hint")}
     if splits:
-        held = [r for r in rows if r.get("split_hint") == "eval"]
+        held = [r for r in rows if r.get("split_hint") == split.TEST]
         if not held:
             raise ReplayError(
                 f"{source} has no held-out calls: its files are the {sorted(splits)} split only "

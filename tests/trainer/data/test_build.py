@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 from trainer.data.build import (
@@ -56,8 +57,15 @@ def test_the_report_gives_the_reduction_in_target_tokens() -> None:
     assert m["reduction"] == round(216 / 114, 3)
 
 
-def _seq(group: str) -> Sequence:
-    return Sequence([1, 2, 3], [0, 1, 1], [1], [3], None, group)
+_calls = itertools.count()
+
+
+def _seq(unit: str) -> Sequence:
+    """A one-call sequence of repository `repo:R`, or of session `session:S`."""
+    kind, name = unit.split(":")
+    if kind == "repo":
+        return Sequence([1, 2, 3], [0, 1, 1], [1], [3], None, name, call_ids=[f"c{next(_calls)}"])
+    return Sequence([1, 2, 3], [0, 1, 1], [1], [3], name, call_ids=["c"])
 
 
 def test_split_is_by_repository_and_stable() -> None:
@@ -67,7 +75,7 @@ def test_split_is_by_repository_and_stable() -> None:
     for s in seqs:
         sides.setdefault(s.group, set()).add(s.split)
     assert all(len(v) == 1 for v in sides.values())  # no repository on both sides
-    held = {g for g, v in sides.items() if v == {"eval"}}
+    held = {g for g, v in sides.items() if v == {"test"}}
     assert 0 < len(held) < 20
     again = [_seq(f"repo:r{i % 20}") for i in range(200)]
     split_groups(again, 0.2)
@@ -77,14 +85,14 @@ def test_split_is_by_repository_and_stable() -> None:
 def test_split_gives_both_sides_something_when_it_can() -> None:
     seqs = [_seq("session:a"), _seq("session:b")]
     split_groups(seqs, 0.01)
-    assert sorted(s.split for s in seqs) == ["eval", "train"]
+    assert sorted(s.split for s in seqs) == ["test", "train"]
 
 
 def test_an_export_that_held_out_whole_sessions_keeps_its_split_per_session() -> None:
     """With one repository the export holds out whole sessions (test-* and train-* files both hold that
     repository's rows): the trainer keeps each session's side, not one side for the whole repository."""
     examples = []
-    for i, hint in enumerate(["train", "eval", "train", "eval", "train"]):
+    for i, hint in enumerate(["train", "test", "train", "test", "train"]):
         ex = call(f"c{i}", f"s{i}", i, [7, i, 8], [9, 10], repo="dflash-sample/textkit")
         ex.split_hint = hint
         examples.append(ex)
@@ -94,7 +102,7 @@ def test_an_export_that_held_out_whole_sessions_keeps_its_split_per_session() ->
     assert res.report["split"]["by"] == "dataset split (whole sessions held out)"
     # an export split by repository reads as such
     for ex in examples:
-        ex.split_hint = "eval" if ex.call_id == "c0" else "train"
+        ex.split_hint = "test" if ex.call_id == "c0" else "train"
         ex.repo = "held/out" if ex.call_id == "c0" else "other/repo"
     res = build_from_examples(examples, Report(), max_len=100, eval_fraction=0.1)
     assert [s.session_id for s in res.eval] == ["s0"]
@@ -140,7 +148,7 @@ def test_built_data_round_trips_through_parquet(tmp_path) -> None:  # type: igno
     write(res, tmp_path)
     back = read(tmp_path / "train.parquet") + read(tmp_path / "eval.parquet")
     assert sorted(s.input_ids for s in back) == [[1, 2, 3, 4, 5, 6], [1, 2, 3, 7, 8, 9]]
-    assert {s.split for s in back} == {"train", "eval"}
+    assert {s.split for s in back} == {"train", "test"}
     assert (tmp_path / "report.json").exists()
 
 

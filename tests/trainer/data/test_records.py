@@ -188,7 +188,13 @@ def test_every_excluded_row_is_counted_by_reason(tiny: Target) -> None:
         good,
         {**good, "tag": "translation"},
         {**good, "outcome": "upstream_error", "status_code": 500},
-        {**good, "prompt_token_ids": [1, 2], "completion_token_ids": [10**7, 3]},
+        {
+            **good,
+            "prompt_token_ids": [1, 2],
+            "completion_token_ids": [10**7, 3],
+            "prompt_tokens": 2,
+            "completion_tokens": 2,
+        },
         {**good, "response_json": "{oops"},
         {**good, "completion_tokens": 1},
         {**good, "api": "weird_api"},
@@ -220,9 +226,9 @@ def test_language_comes_from_the_row_or_the_text(tiny: Target) -> None:
     )
     row["request_json"] = json.dumps({"messages": ko, "tools": TOOLS})  # tools do not change the language
     row["prompt_tokens"] = len(tiny.render(ko, TOOLS))
-    assert to_example(tiny, row).language == "ko"
-    assert to_example(tiny, chat_row(tiny)).language == "en"
-    assert to_example(tiny, chat_row(tiny, lang="ko")).language == "ko"
+    assert to_example(tiny, row).lang == "ko"
+    assert to_example(tiny, chat_row(tiny)).lang == "en"
+    assert to_example(tiny, chat_row(tiny, lang="ko")).lang == "ko"
 
 
 def test_the_mask_never_covers_the_prompt_or_its_scaffolding(tiny: Target) -> None:
