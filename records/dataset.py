@@ -34,6 +34,40 @@ _TEXTS = pa.list_(pa.large_string())
 # The request fields that hold a conversation, in the order they are looked for.
 MESSAGE_FIELDS = ("messages", "input")
 
+# The chat view (wire/chat_view.py): the conversation as the target saw it, in OpenAI Chat form, typed.
+_STR = pa.large_string()
+TOOL_CALL = pa.struct(
+    [
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("function", pa.struct([("name", pa.string()), ("arguments", _STR)])),
+    ]
+)
+CHAT_MESSAGE = pa.struct(
+    [
+        ("role", pa.string()),
+        ("content", _STR),
+        ("reasoning_content", _STR),
+        ("tool_calls", pa.list_(TOOL_CALL)),
+        ("tool_call_id", pa.string()),
+        ("name", pa.string()),
+    ]
+)
+CHAT_TOOL = pa.struct(
+    [
+        ("type", pa.string()),
+        # `strict` is kept: a template writes the whole function object (`tojson`), so a dropped field
+        # would change the prompt
+        (
+            "function",
+            pa.struct(
+                [("name", pa.string()), ("description", _STR), ("parameters", _STR), ("strict", pa.bool_())]
+            ),
+        ),
+    ]
+)
+CHAT_MESSAGES, CHAT_TOOLS = pa.list_(CHAT_MESSAGE), pa.list_(CHAT_TOOL)
+
 
 def _call(name: str) -> pa.Field:
     return SCHEMA.field(name)
@@ -52,7 +86,7 @@ _SESSION_OF_CALL = [
 _PER_CALL = [
     pa.field("turn_index", pa.int32()),
     pa.field("client_agent", pa.string()),
-    pa.field("agent_name", pa.string()),
+    pa.field("user_agent_product", pa.string()),
     pa.field("agent_version", pa.string()),
     pa.field("target_model", pa.string()),
     pa.field("first_byte_latency_ms", pa.float64()),
@@ -73,6 +107,11 @@ _IN_TRAJECTORY = [
     pa.field("messages_field", pa.string()),
     pa.field("messages_prefix", pa.int32()),
     pa.field("messages_tail", _TEXTS),
+    pa.field("chat_prefix", pa.int32()),
+    pa.field("chat_tail", CHAT_MESSAGES),
+    pa.field("chat_reply", CHAT_MESSAGE),
+    pa.field("tools", CHAT_TOOLS),
+    pa.field("chat_template_kwargs", pa.string()),
 ]
 
 DATASET_CALLS_SCHEMA = pa.schema(
@@ -103,6 +142,8 @@ TRAJECTORIES_SCHEMA = pa.schema(
         ("call_ids", pa.list_(pa.string())),
         ("token_ids", _IDS),
         ("messages", _TEXTS),
+        ("chat_messages", CHAT_MESSAGES),
+        ("tools", CHAT_TOOLS),
     ],
     metadata=_META,
 )

@@ -22,8 +22,8 @@ CALLS = {
     "agent": "`claude-code`, `codex` or `opencode`: the agent the session ran",
     "turn_index": "0-based position of the call in its session",
     "client_agent": "the agent as the proxy identified it from the request headers",
-    "agent_name": "the first product token of the User-Agent, e.g. `claude-cli`",
-    "agent_version": "its version, e.g. `2.1.332`",
+    "user_agent_product": "the first product token of the User-Agent header, e.g. `claude-cli` (the agent is `agent`)",
+    "agent_version": "the User-Agent product's version, e.g. `2.1.332`",
     "target_model": "the model that answered",
     "first_byte_latency_ms": "from the request reaching the proxy to the target's response headers",
     "ids_exact": "true: the ids are the target's own, returned with its reply; false: rendered afterwards "
@@ -53,6 +53,14 @@ CALLS = {
     "Responses API); null: the request had none",
     "messages_prefix": "the call's messages begin with the trajectory's `messages[:messages_prefix]`",
     "messages_tail": "… and continue with these (one JSON text per message)",
+    "chat_prefix": "the chat view: the conversation as the target saw it, in OpenAI Chat form, is the "
+    "trajectory's `chat_messages[:chat_prefix]` …",
+    "chat_tail": "… followed by these messages (`role`, `content`, `reasoning_content`, `tool_calls` with "
+    "`id` and `function.name` / `function.arguments`, `tool_call_id`, `name`); null: no chat view",
+    "chat_reply": "the target's reply as the assistant message that follows (null: not made)",
+    "tools": "the function tools the target was offered (`function.parameters` is JSON text); null: the "
+    "trajectory's `tools`",
+    "chat_template_kwargs": "the request's `chat_template_kwargs` (JSON), which the template was rendered with",
     "started_at": "the request reached the proxy (UTC)",
     "first_byte_at": "the target's response headers arrived (UTC)",
     "finished_at": "the last byte was relayed (UTC)",
@@ -70,6 +78,9 @@ TRAJECTORIES = {
     "token_ids": "the last call's prompt ids followed by its completion ids: every call's prompt is a "
     "prefix (`calls.prompt_len`)",
     "messages": "the last call's message list, one JSON text per message",
+    "chat_messages": "the chat view of the last call followed by its reply: the conversation in OpenAI Chat "
+    "form, typed (see `calls.chat_tail`), ready for SFT",
+    "tools": "the function tools of the last call, typed (`function.parameters` is JSON text)",
 }
 
 SEQUENCES = {

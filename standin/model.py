@@ -20,6 +20,7 @@ from torch import nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from standin.taps import default_target_layer_ids
+from wire.chat_view import normalize_message
 
 
 @dataclass
@@ -266,32 +267,3 @@ def _concat(captured: Mapping[int, torch.Tensor], layer_ids: Sequence[int]) -> t
     its layers, and so its taps, on several GPUs)."""
     first = captured[layer_ids[0]].device
     return torch.cat([captured[k].to(first) for k in layer_ids], dim=-1)
-
-
-def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """OpenAI message → what chat templates expect, as vLLM prepares it: text content parts joined with
-    newlines, missing content as "", and tool-call arguments parsed from their JSON string into a dict
-    (templates re-serialise them with `tojson`)."""
-    msg = dict(message)
-    content = msg.get("content")
-    if isinstance(content, list):
-        msg["content"] = "\n".join(
-            part.get("text", "") if isinstance(part, Mapping) else str(part)
-            for part in content
-            if not isinstance(part, Mapping) or part.get("type", "text") == "text"
-        )
-    elif content is None:
-        msg["content"] = ""
-    if msg.get("tool_calls"):
-        calls = []
-        for call in msg["tool_calls"]:
-            call = dict(call)
-            fn = call.get("function")
-            if isinstance(fn, Mapping) and isinstance(fn.get("arguments"), str):
-                fn = dict(fn)
-                with contextlib.suppress(ValueError):
-                    fn["arguments"] = json.loads(fn["arguments"])
-                call["function"] = fn
-            calls.append(call)
-        msg["tool_calls"] = calls
-    return msg

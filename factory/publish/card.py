@@ -49,6 +49,8 @@ class ExportStats:
     regenerated_skipped: Counter[str] = field(default_factory=Counter)  # re-samples left out, by reason
     files: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes)
     settings: dict[str, Any] = field(default_factory=dict)  # what a re-export keeps (REMEMBERED)
+    chat_views: int = 0  # calls with a chat view
+    chat_check: dict[str, Any] | None = None  # factory/publish/chat_check.py's summary
 
     @property
     def exact_ids_fraction(self) -> float | None:
@@ -73,8 +75,8 @@ class ExportStats:
         sess["n_calls_exact_ids"] += bool(row.get("ids_exact"))
         sess["prompt_tokens"] += row.get("prompt_tokens") or 0
         sess["completion_tokens"] += row.get("completion_tokens") or 0
-        if row.get("agent_name"):
-            self.agents[f"{row['agent_name']}/{row.get('agent_version')}"] += 1
+        if row.get("user_agent_product"):
+            self.agents[f"{row['user_agent_product']}/{row.get('agent_version')}"] += 1
             sess["agent_version"] = sess["agent_version"] or row.get("agent_version")
         if row.get("target_model"):
             self.target_models[row["target_model"]] += 1
@@ -107,7 +109,7 @@ def stats_json(stats: ExportStats) -> dict[str, Any]:
         "sessions_by_split": dict(stats.sessions_by_split), "split": {"by": stats.split_by, "note": stats.split_note},
         "agents": dict(stats.agents), "target_models": dict(stats.target_models),
         "by_agent_lang": stats.by_cell, "totals": stats.totals(), "files": dict(stats.files),
-        "settings": stats.settings,
+        "settings": stats.settings, "chat_views": stats.chat_views, "chat_check": stats.chat_check,
     }  # fmt: skip
 
 
@@ -162,6 +164,23 @@ def _counts(c: Counter[str]) -> str:
     return ", ".join(f"{k}: {v:,}" for k, v in sorted(c.items())) or "none"
 
 
+def _chat_line(stats: ExportStats) -> str:
+    out = (
+        f"{stats.chat_views:,} calls carry the conversation as the target saw it, in OpenAI Chat form "
+        "(`calls.chat_tail`, `trajectories.chat_messages`, `tools`), typed."
+    )
+    c = stats.chat_check
+    if not c or not c["checked"]:
+        return out + " Not checked against the prompt ids (the export had no tokenizer)."
+    lo, hi = c["ci95"]
+    agents = ", ".join(f"{a} {v['equal']}/{v['checked']}" for a, v in c["by_agent"].items())
+    return out + (
+        f" Rendered with the target's chat template ({stats.tokenizer}), the view gives back the recorded "
+        f"prompt ids exactly on {c['equal']:,} of {c['checked']:,} sampled calls ({c['share']:.1%}, 95 % "
+        f"interval {lo:.1%}–{hi:.1%}; {agents})."
+    )
+
+
 def card(stats: ExportStats, images: list[str], *, held_out: float, repo_id: str) -> str:
     t = stats.totals()
     rows = "\n".join(
@@ -201,6 +220,7 @@ the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a t
   drawn again from the target (`python -m trainer regenerate`), on the train side only; re-samples left
   out: {_counts(stats.regenerated_skipped)}. `python -m trainer train --set data=<this folder>` trains on
   this config.
+- **chat view**: {_chat_line(stats)}
 - **sessions**: {stats.sessions:,} agent sessions ({_counts(stats.sessions_by_split)}): task, outcome, exit
   status, duration, the agent's patch, call and token totals.
 
@@ -211,7 +231,7 @@ the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a t
 
 {chr(10).join(f"![{Path(p).stem}]({p})" for p in images)}
 
-{loading(repo_id)}
+{loading(repo_id, stats.tokenizer or "<the target model>")}
 ## How it was made
 
 Issues come from public GitHub repositories, each checked out at its base commit in a confined sandbox;

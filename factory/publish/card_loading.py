@@ -21,6 +21,32 @@ prompts = {{c["call_id"]: traj[c["trajectory_id"]]["token_ids"][: c["prompt_len"
 sequences = load_dataset(repo, "sequences")  # train / test: input_ids, loss_mask, span_starts, …
 ```"""
 
+_SFT = """```python
+import json
+from datasets import load_dataset
+from transformers import AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained("{target}")  # the target's tokenizer and chat template
+traj = load_dataset("{repo_id}", "trajectories", split="train")
+
+
+def template_message(m):  # typed fields back to what a chat template takes: unset fields out, arguments parsed
+    m = {{k: v for k, v in m.items() if v is not None}}
+    for call in m.get("tool_calls") or []:
+        call["function"]["arguments"] = json.loads(call["function"]["arguments"] or "{{}}")
+    return m
+
+
+def template_tool(t):
+    fn = {{k: v for k, v in t["function"].items() if v is not None}}
+    return {{"type": t["type"], "function": {{**fn, "parameters": json.loads(fn.get("parameters") or "{{}}")}}}}
+
+
+row = traj[0]  # the whole conversation, the target's last reply included: one SFT example
+text = tok.apply_chat_template([template_message(m) for m in row["chat_messages"]],
+                               tools=[template_tool(t) for t in row["tools"] or []] or None, tokenize=False)
+```"""
+
 _PANDAS = """```python
 import json
 import pandas as pd
@@ -45,7 +71,7 @@ calls = duckdb.sql(f"""
 ```'''
 
 
-def loading(repo_id: str) -> str:
+def loading(repo_id: str, target: str = "<the target model>") -> str:
     return f"""## How to load it
 
 Four configs (YAML above), each with `train` and `test` splits:
@@ -64,6 +90,11 @@ Four configs (YAML above), each with `train` and `test` splits:
 With `datasets`:
 
 {_DATASETS.format(repo_id=repo_id)}
+
+For SFT, the chat view (`chat_messages`, `tools`: the conversation as the target saw it, in OpenAI Chat
+form) rendered with the target's chat template:
+
+{_SFT.format(repo_id=repo_id, target=target)}
 
 With pandas, every call's prompt ids and messages in one join and two slices:
 

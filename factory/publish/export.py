@@ -33,19 +33,20 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Session
-from factory.publish.card import SCHEMAS, ExportStats, card, plots, stats_json
+from factory.publish.card import ExportStats, card, plots, stats_json
+from factory.publish.chat_check import ChatCheck
+from factory.publish.chat_rows import ChatView
 from factory.publish.incremental import SessionScrubber, scrub_row
 from factory.publish.redact_ids import IdsRedactor
 from factory.publish.regenerated import Sources, publishable
 from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, read_calls
 from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import plan_splits, session_rows
-from factory.publish.shards import ShardWriter
 from factory.publish.tokenizer import load_tokenizer, tokenizer_sha256
 from factory.publish.trajectories import SessionTrajectories
+from factory.publish.writers import Writers
 from records import split
 from records.io import regenerated_dir
-from records.sequences import Sequence
 from records.storage import calls_store
 
 __all__ = ["REMEMBERED", "ExportSettings", "ExportStats", "export", "load_tokenizer", "remembered"]
@@ -82,6 +83,12 @@ class ExportSettings(BaseSettings):
     public_constants: list[str] = Field(
         default_factory=list, description="More strings that are never secrets (beyond the agents' own)"
     )
+    chat_check_calls: int = Field(
+        default=500,
+        ge=0,
+        description="With a tokenizer: how many calls (sampled by id) have their published chat view rendered "
+        "with its chat template and compared with their prompt ids, for the card (0: none)",
+    )
     calls_url: str | None = Field(
         default=None,
         description="Read the calls from this storage URL (s3://bucket/run, gs://…; its calls/ folder) "
@@ -110,42 +117,6 @@ def _calls_dir(data_dir: Path, calls_url: str | None) -> Path:
     cache = data_dir / "store-cache" / "calls"
     calls_store(calls_url).mirror(cache)
     return cache
-
-
-class _Writers:
-    def __init__(self, root: Path, cfg: ExportSettings) -> None:
-        self.root, self.cfg = root, cfg
-        self.open: dict[tuple[str, str], ShardWriter] = {}
-
-    def __call__(self, config: str, split: str) -> ShardWriter:
-        if (config, split) not in self.open:
-            self.open[(config, split)] = ShardWriter(
-                self.root / "data" / config, split, SCHEMAS[config],
-                max_bytes=self.cfg.shard_bytes, max_rows=self.cfg.rows_per_shard,
-            )  # fmt: skip
-        return self.open[(config, split)]
-
-    def emit(self, session: SessionTrajectories, split: str, stats: ExportStats, sources: Sources) -> None:
-        """A finished session's trajectories, calls and sequences (noted in `sources` for re-samples)."""
-        for out in session.close(split):
-            if out.trajectory is not None:
-                self("trajectories", split).add(out.trajectory)
-                stats.trajectories += 1
-            for row in out.calls:
-                self("calls", split).add(row)
-            for seq in out.sequences:
-                self.sequence(seq, stats)
-                sources.note(seq, session.prompt_hashes)
-
-    def sequence(self, seq: Sequence, stats: ExportStats) -> None:
-        stats.sequences += 1
-        stats.supervised_tokens += seq.supervised
-        stats.sequences_by_source[seq.source] += 1
-        self("sequences", seq.split).add(seq.row())
-
-    def close(self) -> list[tuple[str, int]]:
-        paths = [p for w in self.open.values() for p in w.close()]
-        return sorted((p.relative_to(self.root).as_posix(), p.stat().st_size) for p in paths)
 
 
 def export(
@@ -177,11 +148,13 @@ def export(
     stats.tokenizer_sha256 = tokenizer_sha256(load_tokenizer(cfg.tokenizer)) if cfg.tokenizer else None
     tmp = out_dir.with_name(f".{out_dir.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    writers = _Writers(tmp, cfg)
+    writers = Writers(tmp, cfg.shard_bytes, cfg.rows_per_shard)
     state = SessionScrubber(scrubber, redactor, Counter(per_proxy))
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     say(f"export: {total:,} calls in {len(files):,} parts, {len(by_proxy):,} sessions; held out by {plan.by}")
     sources = Sources()
+    tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer and cfg.chat_check_calls else None
+    check = ChatCheck.sampling(tok, total, cfg.chat_check_calls) if tok is not None else None
     _write_calls(
         _ticking(read_calls(files, cfg.batch_rows), total, say),
         by_proxy,
@@ -191,7 +164,9 @@ def export(
         stats,
         cfg,
         sources,
+        check,
     )
+    stats.chat_check = check.summary() if check is not None else None
     for seq in publishable(regenerated_dir(data_dir), sources, stats.regenerated_skipped):
         writers.sequence(seq, stats)
     call_counts = _write_sessions(by_proxy, plan, scrubber, writers, stats)
@@ -230,12 +205,19 @@ def _write_calls(
     by_proxy: dict[str, dict[str, Any]],
     plan: split.Plan,
     state: SessionScrubber,
-    writers: _Writers,
+    writers: Writers,
     stats: ExportStats,
     cfg: ExportSettings,
     sources: Sources,
+    check: ChatCheck | None,
 ) -> None:
     seen: set[bytes] = set()
+
+    def on_view(row: dict[str, Any], prompt: Any, view: ChatView) -> None:
+        stats.chat_views += 1
+        if check is not None:
+            check(row, prompt, view)
+
     turns: Counter[str] = Counter()
     open_: dict[str, SessionTrajectories] = {}
     for call in calls:
@@ -258,7 +240,7 @@ def _write_calls(
             _scrub(row, proxy_sid, state, stats)
             split = plan.sides[sess["session_id"]]
             stats.count_call(row, sess, split)
-            open_.setdefault(proxy_sid, SessionTrajectories(sess)).add(row)
+            open_.setdefault(proxy_sid, SessionTrajectories(sess, on_view)).add(row)
         finally:
             if proxy_sid:
                 state.seen(proxy_sid)  # counts the session's calls down
@@ -303,7 +285,7 @@ def _write_sessions(
     by_proxy: dict[str, dict[str, Any]],
     plan: split.Plan,
     scrubber: Scrubber,
-    writers: _Writers,
+    writers: Writers,
     stats: ExportStats,
 ) -> dict[str, int]:
     call_counts: dict[str, int] = {}

@@ -25,27 +25,33 @@ from records.dataset import common_prefix, common_prefix_str, common_suffix_str
 TEXT_OVERLAP = 512
 IDS_OVERLAP = 1024  # tokens scanned before the new part of a prompt
 _BLOCK_START = "-----BEGIN"
+# A call's texts that resend the conversation: the agent's request, and the Chat body the proxy sent upstream.
+TEXT_FIELDS = ("request_json", "upstream_request_json")
 
 
 class SessionScrubber:
     def __init__(self, scrubber: Scrubber, redactor: IdsRedactor | None, remaining: Counter[str]) -> None:
         self.scrubber, self.redactor = scrubber, redactor
         self.remaining = remaining  # calls of each session still to come
-        self._text: dict[str, str] = {}
+        self._text: dict[tuple[str, str], str] = {}  # (session, field) -> its previous text, scrubbed
         self._ids: dict[str, np.ndarray] = {}
 
     def seen(self, session: str) -> None:
         """One call of `session` went by (kept or not); its state goes with its last call."""
         self.remaining[session] -= 1
         if self.remaining[session] <= 0:
-            self._text.pop(session, None)
+            for f in TEXT_FIELDS:
+                self._text.pop((session, f), None)
             self._ids.pop(session, None)
 
-    def text(self, session: str, text: str | None, counts: Counter[str]) -> tuple[str | None, int]:
-        """The request text scrubbed, scanning only what differs from the session's previous request."""
+    def text(
+        self, session: str, text: str | None, counts: Counter[str], field: str = "request_json"
+    ) -> tuple[str | None, int]:
+        """A request text scrubbed, scanning only what differs from the session's previous one (`field`:
+        which of the call's resent texts, `TEXT_FIELDS`)."""
         if not text:
             return text, 0
-        prev = self._text.get(session)
+        prev = self._text.get((session, field))
         start, end = 0, len(text)
         if prev is not None:
             p = common_prefix_str(prev, text)
@@ -57,7 +63,7 @@ class SessionScrubber:
         found = [Finding(f.start + start, f.end + start, f.kind) for f in self.scrubber.find(text[start:end])]
         out = self.scrubber.redact(text, found) if found else text
         counts.update(f.kind for f in found)
-        self._text[session] = out
+        self._text[(session, field)] = out
         return out, len(found)
 
     def prompt_ids(
@@ -92,8 +98,9 @@ class SessionScrubber:
 def scrub_row(row: dict[str, Any], state: SessionScrubber, session: str, counts: Counter[str]) -> int:
     """Scrub a `calls` row's text in place; returns the number of secrets found in its text."""
     hits = 0
-    row["request_json"], n = state.text(session, row.get("request_json"), counts)
-    hits += n
+    for f in TEXT_FIELDS:
+        row[f], n = state.text(session, row.get(f), counts, f)
+        hits += n
     for col in ("response_json", "error"):
         row[col], n = state.scrubber.scrub(row.get(col), counts)
         hits += n

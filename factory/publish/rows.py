@@ -22,7 +22,15 @@ IDS_COLUMNS = ("prompt_token_ids", "completion_token_ids")
 # What the export reads from the proxy's parts.
 PROXY_COLUMNS = [
     c
-    for c in (*DATASET_CALLS_SCHEMA.names, "prompt_token_ids", "request_json", "user_agent", "tag")
+    for c in (
+        *DATASET_CALLS_SCHEMA.names,
+        "prompt_token_ids",
+        "request_json",
+        "upstream_request_json",
+        "translated",
+        "user_agent",
+        "tag",
+    )
     if c in RECORD_COLUMNS
 ]
 _PRODUCT = re.compile(r"^\s*([A-Za-z][\w.-]*)/(\d[\w.+-]*)")
@@ -111,6 +119,8 @@ def call_row(
     row.update(
         prompt_token_ids=call.get("prompt_token_ids"),  # both split over trajectories (trajectories.py)
         request_json=call.get("request_json"),
+        upstream_request_json=call.get("upstream_request_json"),  # both read into the chat view
+        translated=call.get("translated"),
         session_id=sess["session_id"],
         repo=sess["repo"],
         repo_language=sess["repo_language"],
@@ -123,7 +133,7 @@ def call_row(
         agent=sess["agent"],
         turn_index=turn,
         client_agent=call.get("agent"),
-        agent_name=name,
+        user_agent_product=name,
         agent_version=version,
         target_model=target_model or call.get("model"),
         first_byte_latency_ms=latency_ms(call),

@@ -15,12 +15,13 @@ previous call's is the same string object), so memory grows with what the sessio
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from factory.publish.chat_rows import ChatView, chat_columns, chat_view, no_chat, share
 from records.dataset import common_prefix, split_request
 from records.sequences import Sequence, SessionMerge, untrainable
 
@@ -31,6 +32,7 @@ class _Member:
     prompt_len: int | None
     completion: np.ndarray | None
     messages: list[str] | None
+    chat: ChatView | None = None
     shared_next: int | None = None  # leading messages equal to the next member's
 
 
@@ -59,18 +61,27 @@ class Emitted:
     sequences: list[Sequence] = field(default_factory=list)
 
 
+# Called with each call's row, prompt ids and chat view as they arrive (the export's chat-view check).
+OnView = Callable[[dict[str, Any], Any, ChatView], None]
+
+
 class SessionTrajectories:
-    def __init__(self, session: dict[str, Any]) -> None:
-        self.session = session
+    def __init__(self, session: dict[str, Any], on_view: OnView | None = None) -> None:
+        self.session, self.on_view = session, on_view
         self.trajectories: list[_Trajectory] = []
         self.loose: list[dict[str, Any]] = []  # calls with neither ids nor a message list
         self.merge = SessionMerge()
         self.prompt_hashes: dict[str, bytes] = {}  # trainable call -> its prompt ids' hash (re-samples)
 
     def add(self, row: dict[str, Any]) -> None:
-        """Take a scrubbed `calls` row with `prompt_token_ids` and `request_json` whole."""
+        """Take a scrubbed `calls` row with `prompt_token_ids`, `request_json` and (when the proxy translated
+        it) `upstream_request_json` whole."""
         prompt = row.pop("prompt_token_ids", None)
-        params, fld, messages = split_request(row.pop("request_json", None))
+        wire_row = {k: row.pop(k, None) for k in ("request_json", "upstream_request_json", "translated")}
+        chat = chat_view({**wire_row, "api": row.get("api")}, row.get("response_json"))
+        if chat is not None and self.on_view is not None:
+            self.on_view(row, prompt, chat)
+        params, fld, messages = split_request(wire_row["request_json"])
         row.update(request_params=params, messages_field=fld)
         completion = row.get("completion_token_ids")
         if (
@@ -83,6 +94,7 @@ class SessionTrajectories:
         if prompt is None and messages is None:
             row.update(trajectory_id=None, prompt_len=None, messages_prefix=None, messages_tail=None)
             row["completion_in_trajectory"] = None
+            no_chat(row)
             self.loose.append(row)
             return
         traj = self._join(prompt, messages)
@@ -90,10 +102,15 @@ class SessionTrajectories:
             shared = traj.shared_messages(messages)
             traj.members[-1].shared_next = shared
             messages[:shared] = (traj.members[-1].messages or [])[:shared]  # the same string objects
+        last_chat = traj.members[-1].chat if traj.members else None
+        if last_chat is not None:
+            last_chat.shared_next = share(last_chat, chat)
         if prompt is not None:
             traj.head_prompt = np.asarray(prompt, dtype=np.int32)
         row["trajectory_id"] = traj.id
-        traj.members.append(_Member(row, None if prompt is None else len(prompt), _ids(completion), messages))
+        traj.members.append(
+            _Member(row, None if prompt is None else len(prompt), _ids(completion), messages, chat)
+        )
 
     def _join(self, prompt: Any, messages: list[str] | None) -> _Trajectory:
         best, score = None, 0
@@ -143,11 +160,12 @@ class SessionTrajectories:
             )
         for m in t.members:
             m.row["completion_in_trajectory"] = _in(tokens, m)
+        chat = chat_columns([m.chat for m in t.members], [m.row for m in t.members])
         s = self.session
         traj = {
             "trajectory_id": t.id, "session_id": s["session_id"], "repo": s["repo"], "lang": s["lang"],
             "agent": s["agent"], "api": head.row.get("api"), "n_calls": len(t.members),
-            "call_ids": [m.row["call_id"] for m in t.members], "token_ids": tokens, "messages": final,
+            "call_ids": [m.row["call_id"] for m in t.members], "token_ids": tokens, "messages": final, **chat,
         }  # fmt: skip
         calls = [m.row for m in t.members]  # in arrival order, as the session made them
         return Emitted(traj, calls)

@@ -23,7 +23,7 @@ import yaml
 
 from factory.publish.export import export
 
-from .test_export_ids import finished_sessions, write_parts
+from .test_export_ids import finished_sessions, qwen_dir, write_parts
 
 GEN = 151_644  # the "assistant turn starts" id every prompt ends with
 
@@ -39,7 +39,7 @@ def _row(sid: str, n: int, body: dict | None, prompt, completion, api: str = "an
         "started_at": t, "first_byte_at": t, "finished_at": t,
         "prompt_token_ids": None if prompt is None else list(prompt),
         "completion_token_ids": None if completion is None else list(completion),
-        "prompt_tokens": None if prompt is None else len(prompt), "completion_tokens": 20 if ok else None,
+        "prompt_tokens": None if prompt is None else len(prompt), "completion_tokens": len(completion) if ok else None,
         "token_ids_source": "upstream" if prompt is not None else None,
     }  # fmt: skip
 
@@ -109,10 +109,18 @@ def exported(tmp_path_factory):
     return out, {r["call_id"]: r for r in rows}
 
 
+def fresh_cache(monkeypatch, tmp_path) -> None:
+    """`datasets` keys a local folder's cache by its name, not its files: another run's `ds` would be read."""
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
+
+
 def snippets(card: str) -> dict[str, str]:
     blocks = re.findall(r"```python\n(.*?)```", card, re.S)
     return {name: next(b for b in blocks if key in b) for name, key in
-            (("datasets", "load_dataset"), ("pandas", "import pandas"), ("duckdb", "import duckdb"))}  # fmt: skip
+            (("datasets", "load_dataset"), ("pandas", "import pandas"), ("duckdb", "import duckdb"),
+             ("sft", "apply_chat_template"))}  # fmt: skip
 
 
 def local(snippet: str, out) -> str:
@@ -180,6 +188,7 @@ def test_duckdb_reads_the_same_calls(exported):
 def test_datasets_loads_every_config_and_sequences_supervise_the_completions(exported, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fresh_cache(monkeypatch, tmp_path)
     out, proxy = exported
     scope: dict = {}
     exec(local(snippets((out / "README.md").read_text())["datasets"], out), scope)
@@ -228,3 +237,20 @@ def test_the_layout_is_compact_and_the_card_describes_it(exported):
     sessions = pq.read_table(data / "sessions").to_pylist()
     licenses = card[card.index("### Licenses per repository") :]
     assert all(f"| {s['repo']} | {s['repo_license']} |" in licenses for s in sessions)
+
+
+@pytest.mark.slow
+def test_the_cards_sft_snippet_renders_a_trajectorys_chat_view(exported, monkeypatch, tmp_path):
+    """The chat view as the card says to use it: typed messages and tools through a real chat template."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fresh_cache(monkeypatch, tmp_path)
+    out, _ = exported
+    snippet = local(snippets((out / "README.md").read_text())["sft"], out)
+    scope: dict = {}
+    exec(snippet.replace("<the target model>", qwen_dir()), scope)
+    row = scope["row"]
+    assert row["chat_messages"][0]["role"] == "system"  # the Messages body's system prompt, as Chat
+    assert all(isinstance(m, dict) for m in row["chat_messages"])  # fields, not JSON text
+    assert row["chat_messages"][-1]["role"] == "assistant"  # the last reply: a whole SFT example
+    assert scope["text"].startswith("<|im_start|>system\nYou are a coding agent")

@@ -139,11 +139,11 @@ def test_every_captured_agent_call_keeps_its_exact_ids(tmp_path, tok):
         assert json.loads(out["request_json"]) == json.loads(row["request_json"])
         assert out["ids_exact"] is True
         assert out["ids_redacted"] is False
-    claude = [r for r in got.values() if r["agent_name"] == "claude-cli"]
+    claude = [r for r in got.values() if r["user_agent_product"] == "claude-cli"]
     assert claude
     assert all("noreply@anthropic.com" in r["request_json"] for r in claude)
     assert {r["agent_version"] for r in claude} == {"2.1.332"}
-    assert {(r["agent_name"], r["agent_version"]) for r in got.values()} >= {
+    assert {(r["user_agent_product"], r["agent_version"]) for r in got.values()} >= {
         ("codex_exec", "0.171.0"), ("opencode", "1.18.33")}  # fmt: skip
     assert all(r["first_byte_latency_ms"] == 250.0 for r in got.values())
     card = (tmp_path / "ds" / "README.md").read_text()

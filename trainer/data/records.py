@@ -28,7 +28,8 @@ from records.sequences import untrainable
 from records.split import TEST, TRAIN
 from standin.model import Target
 from trainer.errors import TrainerError
-from wire import Api, shape_of
+from wire import Api
+from wire.chat_view import ChatViewError, chat_body, template_kwargs
 
 # Columns read from the call records (the proxy's Parquet, or the factory's exported dataset).
 COLUMNS = (
@@ -143,50 +144,6 @@ def empty_think_prefix(target: Target, completion: list[int]) -> int:
     return best
 
 
-def _chat_request(row: Mapping[str, Any], response: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The Chat Completions body the target rendered, with the response appended as the last assistant
-    turn when ``response`` is given. Anthropic and Responses bodies go through the proxy's translators."""
-    api = row.get("api")
-    if row.get("translated") and row.get("upstream_request_json"):
-        chat = dict(_json(row["upstream_request_json"]))
-        if response is not None:
-            chat["messages"] = [*chat.get("messages", []), _chat_assistant(response)]
-        return chat
-    req = _json(row.get("request_json"))
-    if not isinstance(req, dict):
-        raise Excluded("bad_json")
-    if api == Api.CHAT:  # the pivot: the body is what the target rendered
-        chat = dict(req)
-        if response is not None:
-            chat["messages"] = [*chat.get("messages", []), _chat_assistant(response)]
-        return chat
-    shape = shape_of(api)
-    if shape is None or shape.to_chat is None or shape.with_reply is None:
-        raise Excluded(f"unsupported_api:{api}")
-    body = shape.with_reply(req, response) if response is not None else dict(req)
-    return dict(shape.to_chat(body).request)
-
-
-def _chat_assistant(response: Mapping[str, Any]) -> dict[str, Any]:
-    choices = response.get("choices") or []
-    if not choices or not isinstance(choices[0].get("message"), Mapping):
-        raise Excluded("no_response_message")
-    msg = dict(choices[0]["message"])
-    msg["role"] = "assistant"
-    if msg.get("reasoning") and not msg.get("reasoning_content"):
-        msg["reasoning_content"] = msg["reasoning"]
-    return {
-        k: v
-        for k, v in msg.items()
-        if k in ("role", "content", "tool_calls", "reasoning_content") and v is not None
-    }
-
-
-def _template_kwargs(chat: Mapping[str, Any]) -> dict[str, Any] | None:
-    kw = chat.get("chat_template_kwargs")
-    return dict(kw) if isinstance(kw, Mapping) else None
-
-
 def _render_example(target: Target, row: Mapping[str, Any]) -> tuple[list[int], list[int]]:
     api = row.get("api")
     response = _json(row.get("response_json"))
@@ -203,18 +160,20 @@ def _render_example(target: Target, row: Mapping[str, Any]) -> tuple[list[int], 
         if _finish(row, response) == "stop" and target.stop_token_ids:
             completion.append(target.stop_token_ids[0])
         return prompt, completion
-    before = _chat_request(row, None)
-    after = _chat_request(row, response)
+    try:
+        before, after = chat_body(row), chat_body(row, response)
+    except ChatViewError as e:
+        raise Excluded(str(e)) from e
     tools = before.get("tools") or None
     try:
         prompt = target.render(
-            before.get("messages", []), tools, chat_template_kwargs=_template_kwargs(before)
+            before.get("messages", []), tools, chat_template_kwargs=template_kwargs(before)
         )
         full = target.render(
             after.get("messages", []),
             tools,
             add_generation_prompt=False,
-            chat_template_kwargs=_template_kwargs(after),
+            chat_template_kwargs=template_kwargs(after),
         )
     except Exception as e:  # a template that raises on this conversation
         raise Excluded(f"render_failed:{type(e).__name__}") from e
