@@ -192,7 +192,16 @@ def run_export(data: Path, out: Path, url: str, tokenizer: str | None) -> None:
 
 # The trajectory columns a plain row replaces with `prompt_token_ids` and `request_json` whole.
 WHOLE = {"prompt_len": "prompt_token_ids", "request_params": "request_json"}
-TRAJECTORY_ONLY = {"trajectory_id", "messages_field", "messages_prefix", "messages_tail", "completion_in_trajectory"}  # fmt: skip
+TRAJECTORY_ONLY = {
+    "trajectory_id",
+    "messages_field",
+    "messages_prefix",
+    "messages_tail",
+    "completion_in_trajectory",
+    "chat_prefix",
+    "chat_tail",
+    "tools",
+}
 
 
 def plain_bytes(out: Path, dest: Path, level: int | None = None) -> int:

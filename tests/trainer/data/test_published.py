@@ -6,6 +6,7 @@ local copy, as it would return its cache folder."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shutil
 from pathlib import Path
 
@@ -134,3 +135,17 @@ def test_rows_outside_the_vocabulary_are_left_out_and_counted(data: Path, tmp_pa
     pq.write_table(pq.read_table(f).from_pylist(t, schema=pq.read_schema(f)), f)
     res = data_build.build(tiny_target(layers=4), copy, eval_fraction=0.3, max_len=10_000)
     assert res.report["records"]["excluded"] == {"ids_out_of_vocab": 1}
+
+
+def test_re_samples_newer_than_the_export_are_said_to_be_unpublished(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    resolve_data(TrainConfig(target="tiny", data=str(copy / "dataset")))
+    assert "newer than the export" not in capsys.readouterr().out
+    part = next((copy / "regenerated").glob("*.parquet"))
+    later = (copy / "dataset" / "stats.json").stat().st_mtime + 60
+    os.utime(part, (later, later))
+    resolve_data(TrainConfig(target="tiny", data=str(copy / "dataset")))
+    assert "1 part(s) newer than the export" in capsys.readouterr().out
