@@ -38,6 +38,7 @@ from factory.run.runners import RAY_EGRESS, EgressOption, RunnerName, get_runner
 from factory.run.sandbox_runner import build_image, ensure_docker
 from factory.run.services import ServiceOptions, services, upload_to_store
 from proxy.roller import roll_data_dir
+from serving.launch import served_template
 
 __all__ = ["HarvestOptions", "run_harvest"]
 
@@ -83,6 +84,12 @@ class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
         "inside exact token ids; unset: what the target serves (its /v1/models root) when that is a folder "
         "here or a Hub name. Without one, a call whose text holds a secret loses its ids.",
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="The chat template (a jinja file) the target serves with, where it is not its "
+        "tokenizer's: the export renders the chat view with it to check it against the prompt ids. Unset: "
+        "the --chat-template of --target-arg, or the project's for a SmolLM2 target started here.",
+    )
     store_url: str | None = Field(
         default=None,
         description="Where the calls and transcripts land and the export reads them (s3://…, gs://…, a folder); "
@@ -122,6 +129,14 @@ def _issues(opts: HarvestOptions, sessions: Sessions, console: Console) -> dict[
 
 # A Hub model id (`org/name`): vLLM's `root` when it was started with one.
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+def _served_template(opts: HarvestOptions) -> str | None:
+    """The template the target renders with when it is not its tokenizer's (the export checks with it)."""
+    args = list(opts.target_arg)
+    if opts.chat_template or "--chat-template" in args[:-1]:
+        return opts.chat_template or args[args.index("--chat-template") + 1]
+    return None if opts.target_url else served_template(opts.target_model)
 
 
 def _served_tokenizer(root: str, console: Console) -> str | None:
@@ -183,6 +198,7 @@ def _sessions_stage(
     with services(opts, console, ledger, store_url=opts.store_url) as (proxy, _target, model, root):
         summary["target_model"] = model
         summary["tokenizer"] = opts.tokenizer or _served_tokenizer(root, console)
+        summary["chat_template"] = _served_template(opts)
         cfg = opts.plan_config()
         ps = plan(sessions, cfg)  # English sessions, and Korean ones of issues translated before
         unfixed = f"; {ps.without_fix} issues without a known fix left out" if cfg.require_fix else ""
@@ -249,6 +265,7 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         calls_url=opts.store_url,
         target_model=summary.get("target_model"),
         tokenizer=summary.get("tokenizer"),
+        chat_template=summary.get("chat_template"),
         progress=lambda line: console.print(f"export {line}", markup=False, soft_wrap=True),
     )
     summary["dataset"] = str(out)

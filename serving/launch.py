@@ -35,6 +35,11 @@ def standin_template(name: str = "smollm2_tools.jinja") -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "templates" / name
 
 
+def served_template(model: str) -> str | None:
+    """The chat template `serve` starts `model` with when none is given (None: the tokenizer's own)."""
+    return str(standin_template()) if model == SMOLLM2 else None
+
+
 def speculative_config(method: Method, draft: Path | None = None, tokens: int = 7) -> dict[str, Any] | None:
     """vLLM's --speculative-config for a method (None: plain decoding)."""
     if method == "plain":
@@ -91,7 +96,7 @@ class VllmServer(BaseModel):
 
     def argv(self, model_path: str) -> list[str]:
         """The server's command line; `model_path` is what `model` resolved to (a folder or Hub name)."""
-        template = self.chat_template or (standin_template() if self.model == SMOLLM2 else None)
+        template = self.chat_template or served_template(self.model)
         argv = [str(python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
                 "--served-model-name", self.model_id(), "--host", self.host, "--port", str(self.port),
                 "--max-model-len", str(self.max_model_len), "--dtype", self.resolved_dtype(),

@@ -174,8 +174,9 @@ def _chat_line(stats: ExportStats) -> str:
         return out + " Not checked against the prompt ids (the export had no tokenizer)."
     lo, hi = c["ci95"]
     agents = ", ".join(f"{a} {v['equal']}/{v['checked']}" for a, v in c["by_agent"].items())
+    template = stats.settings.get("chat_template") or f"{stats.tokenizer}'s own"
     return out + (
-        f" Rendered with the target's chat template ({stats.tokenizer}), the view gives back the recorded "
+        f" Rendered with the chat template the target served ({template}), the view gives back the recorded "
         f"prompt ids exactly on {c['equal']:,} of {c['checked']:,} sampled calls ({c['share']:.1%}, 95 % "
         f"interval {lo:.1%}–{hi:.1%}; {agents})."
     )

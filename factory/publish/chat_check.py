@@ -1,5 +1,5 @@
-"""How faithful the chat view is: a sample of calls' published views rendered with the target's own chat
-template (the tokenizer's, as vLLM serves it unless started with another) and compared, id for id, with the
+"""How faithful the chat view is: a sample of calls' published views rendered with the chat template the
+target served (the tokenizer's, or the one it was started with: `chat_template`) and compared, id for id, with the
 prompt ids the target recorded. The share that agrees, with a 95 % Wilson interval, goes to the card.
 
 The view is rendered as a reader of the dataset would: read back typed, tool-call arguments and tool
@@ -33,14 +33,15 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 @dataclass
 class ChatCheck:
     tokenizer: Any
+    template: str | None  # the template the target served, where it is not the tokenizer's
     rate: float  # the fraction of calls checked
     checked: Counter[str] = field(default_factory=Counter)  # per agent
     equal: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)  # the template raised, per exception type
 
     @classmethod
-    def sampling(cls, tokenizer: Any, total_calls: int, sample: int) -> ChatCheck:
-        return cls(tokenizer, min(1.0, sample / total_calls) if total_calls else 0.0)
+    def sampling(cls, tokenizer: Any, template: str | None, total_calls: int, sample: int) -> ChatCheck:
+        return cls(tokenizer, template, min(1.0, sample / total_calls) if total_calls else 0.0)
 
     def __call__(self, row: dict[str, Any], prompt: Any, view: ChatView) -> None:
         if prompt is None or fraction(str(row["call_id"])) >= self.rate:
@@ -48,7 +49,7 @@ class ChatCheck:
         agent = str(row.get("agent"))
         self.checked[agent] += 1
         try:
-            ids = render(self.tokenizer, view)
+            ids = render(self.tokenizer, view, self.template)
         except Exception as e:  # a template that raises on this conversation is a disagreement, counted
             self.failed[type(e).__name__] += 1
             return
@@ -68,13 +69,14 @@ class ChatCheck:
         }
 
 
-def render(tokenizer: Any, view: ChatView) -> list[int]:
+def render(tokenizer: Any, view: ChatView, template: str | None = None) -> list[int]:
     kwargs = json.loads(view.kwargs) if view.kwargs else {}
     text = tokenizer.apply_chat_template(
         template_messages(view.messages),
         tools=template_tools(view.tools),
         add_generation_prompt=True,
         tokenize=False,
+        chat_template=template,
         **kwargs,
     )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

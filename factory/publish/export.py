@@ -83,6 +83,11 @@ class ExportSettings(BaseSettings):
     public_constants: list[str] = Field(
         default_factory=list, description="More strings that are never secrets (beyond the agents' own)"
     )
+    chat_template: str | None = Field(
+        default=None,
+        description="The chat template (a jinja file) the target served with, where it is not the "
+        "tokenizer's: the chat view is checked with it",
+    )
     chat_check_calls: int = Field(
         default=500,
         ge=0,
@@ -98,7 +103,7 @@ class ExportSettings(BaseSettings):
 
 # What a re-export of the same folder keeps unless it is given again: its split and its tokenizer (a
 # re-export after `trainer regenerate` must hold out what the first one did and redact ids the same way).
-REMEMBERED = ("held_out", "tokenizer", "target_model", "repo_id")
+REMEMBERED = ("held_out", "tokenizer", "chat_template", "target_model", "repo_id")
 
 
 def remembered(out_dir: Path) -> dict[str, Any]:
@@ -142,6 +147,8 @@ def export(
     plan = plan_splits(list(by_proxy.values()), calls_of, cfg.held_out)
     stats.split_by, stats.split_note = plan.by, plan.note
     stats.settings = {k: getattr(cfg, k) for k in REMEMBERED}
+    if cfg.chat_template:  # a re-export from another folder finds it
+        stats.settings["chat_template"] = str(Path(cfg.chat_template).resolve())
     scrubber = Scrubber([*PUBLIC_CONSTANTS, *cfg.public_constants])
     redactor = IdsRedactor(load_tokenizer(cfg.tokenizer), scrubber) if cfg.tokenizer else None
     stats.tokenizer = cfg.tokenizer
@@ -154,7 +161,8 @@ def export(
     say(f"export: {total:,} calls in {len(files):,} parts, {len(by_proxy):,} sessions; held out by {plan.by}")
     sources = Sources()
     tok = load_tokenizer(cfg.tokenizer) if cfg.tokenizer and cfg.chat_check_calls else None
-    check = ChatCheck.sampling(tok, total, cfg.chat_check_calls) if tok is not None else None
+    template = Path(cfg.chat_template).read_text() if cfg.chat_template else None
+    check = ChatCheck.sampling(tok, template, total, cfg.chat_check_calls) if tok is not None else None
     _write_calls(
         _ticking(read_calls(files, cfg.batch_rows), total, say),
         by_proxy,

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGET = "tiny-qwen3"
 # The share of sampled calls whose chat view renders to the recorded prompt ids, as measured on this
 # harvest (docs/dataset.md, "The chat view"): a change that makes the view less faithful fails here.
-CHAT_VIEW_FLOOR = 0.0
+CHAT_VIEW_FLOOR = 1.0  # 14 of 14 calls here, and 14 of 14 on the default SmolLM2 harvest
 
 
 @pytest.mark.slow
