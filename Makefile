@@ -90,7 +90,7 @@ target: vllm
 	  $(BIN)/python -m trainer serve-target --model $(TARGET_MODEL) --host $(TARGET_HOST) --port $(TARGET_PORT); \
 	fi
 
-# The CPU stand-in (standin/): the fast test double shaped like vLLM.
+# The CPU stand-in server (lm/standin/): a server shaped like vLLM on the in-process model, where vLLM cannot run.
 target-standin: install
 	$(BIN)/python -m trainer serve-target --model $(TARGET_MODEL) --host $(TARGET_HOST) --port $(TARGET_PORT)
 

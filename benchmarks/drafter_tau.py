@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--throughput-steps", type=int, default=30, help="steps of the online throughput run")
     a = ap.parse_args()
 
-    from standin import load_target
+    from lm import load_target
     from trainer.data import build as B
     from trainer.data.make_sample import SAMPLE_DIR
     from trainer.evaluate import evaluate, prompts_from_sequences

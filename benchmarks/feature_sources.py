@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 import uvicorn
 
-from standin import load_target
-from standin.extract import ExtractionSettings, create_app
+from lm import load_target
+from lm.standin.extract import ExtractionSettings, create_app
 from trainer.sources import cache as cache_mod
 from trainer.sources.cache import CacheSource
 from trainer.sources.hf import HFSource

@@ -22,7 +22,7 @@ import trainer.dflash.layout as layout_mod
 import trainer.dflash.objective as objective
 import trainer.feeding as feeding
 import trainer.train as train_mod
-from standin.model import Target
+from lm.model import Target
 from trainer.config import TrainConfig
 from trainer.data.build import Sequence
 from trainer.data.units import Unit

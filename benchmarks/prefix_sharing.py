@@ -18,8 +18,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from standin import load_target
-from standin.model import Target
+from lm import load_target
+from lm.model import Target
 from trainer.data.build import build_from_examples
 from trainer.data.records import CallExample, Report
 from trainer.data.units import session_units, sharing_report

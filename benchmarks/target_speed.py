@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from standin import Engine, SamplingParams, Target, load_target
-from standin.loading import cache_root, smollm2_cache_dir
+from lm import Engine, SamplingParams, Target, load_target
+from lm.loading import cache_root, smollm2_cache_dir
 
 
 def random_prompt(target: Target, n: int, seed: int = 0) -> list[int]:

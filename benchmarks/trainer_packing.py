@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from standin import load_target
-from standin.model import Target
+from lm import load_target
+from lm.model import Target
 from trainer.config import TrainConfig
 from trainer.data import build as data_build
 from trainer.data.build import Sequence

@@ -89,5 +89,5 @@ def _check_template(http: httpx.Client, result: TargetCheck) -> None:
         result.problems.append(
             "its chat template ignores tools (the agents' tool definitions would never reach the model): "
             "start vLLM with --chat-template FILE that renders them (the project's SmolLM2 one: "
-            "standin/templates/smollm2_tools.jinja)"
+            "lm/templates/smollm2_tools.jinja)"
         )

@@ -4,9 +4,9 @@ The defaults are what the three agents need from a served SmolLM2 on a CPU (docs
 - `--enable-auto-tool-choice --tool-call-parser hermes`: every agent sends `tool_choice: "auto"`, which
   vLLM refuses without them;
 - a chat template that renders the tools (SmolLM2's own ignores them) in the Hermes convention the parser
-  reads back (`standin/templates/smollm2_tools.jinja`, the same file the trainer renders with);
+  reads back (`lm/templates/smollm2_tools.jinja`, the same file the trainer renders with);
 - a 32,768-token context: Claude Code's first prompt is ≈ 12.5k SmolLM2 tokens once its tools are rendered
-  (the cached SmolLM2 folder declares that many positions: standin/loading.py);
+  (the cached SmolLM2 folder declares that many positions: lm/loading.py);
 - prefix caching, so an agent's next turn costs its new tokens only.
 """
 
@@ -29,9 +29,9 @@ Method = Literal["plain", "ngram", "suffix", "dflash", "dspark"]  # DFlash2 is s
 
 def standin_template(name: str = "smollm2_tools.jinja") -> Path:
     """A chat template the target package ships, found without importing it (it imports torch)."""
-    spec = importlib.util.find_spec("standin")
+    spec = importlib.util.find_spec("lm")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the standin package is not installed")
+        raise ModuleNotFoundError("the lm package is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / "templates" / name
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 
+from lm.loading import cache_root, smollm2_folder, tiny_qwen3_folder
 from serving.errors import ServingError
 from serving.launch import SMOLLM2, TINY_QWEN3, VllmServer
 from serving.venv import availability
-from standin.loading import cache_root, smollm2_folder, tiny_qwen3_folder
 
 
 class ServeError(ServingError, RuntimeError):

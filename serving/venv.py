@@ -48,7 +48,7 @@ class Availability:
     def line(self) -> str:
         if self.ok:
             return f"vLLM {self.version} ({self.reason})"
-        return f"vLLM cannot serve here: {self.reason}; the CPU stand-in (standin/) serves instead"
+        return f"vLLM cannot serve here: {self.reason}; the CPU stand-in (lm/standin/) serves instead"
 
 
 def cpu_problem(cpuinfo: str | None = None, machine: str | None = None) -> str | None:

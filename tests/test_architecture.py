@@ -1,7 +1,7 @@
 """The package graph: every package imports only the packages below it, and none of another's private names.
 
     clikit records wire           settings→CLI; the contracts (call record, wire formats): import no project package
-    standin  sandboxes            the stand-in target; the Docker sandboxes
+    lm       sandboxes            the model layer (target, engine, taps; its CPU stand-in server); the Docker sandboxes
     serving                       the real engine (vLLM): its environment, launch flags and target checks
     proxy    trainer              the recording relay; the drafter's data, model, training and evaluation
     factory                       the job that runs everything
@@ -15,16 +15,16 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("clikit", "records", "wire", "standin", "serving", "sandboxes", "proxy", "trainer", "factory")
+PACKAGES = ("clikit", "records", "wire", "lm", "serving", "sandboxes", "proxy", "trainer", "factory")
 ALLOWED = {
     "clikit": set(),
     "records": set(),
     "wire": set(),
-    "standin": {"clikit", "records", "wire"},
+    "lm": {"clikit", "records", "wire"},
     "sandboxes": {"clikit", "records"},
     "proxy": {"clikit", "records", "wire"},
-    "serving": {"clikit", "standin"},
-    "trainer": {"clikit", "records", "wire", "standin", "serving"},
+    "serving": {"clikit", "lm"},
+    "trainer": {"clikit", "records", "wire", "lm", "serving"},
     "factory": {"clikit", "records", "wire", "sandboxes", "serving", "proxy"},
 }
 
@@ -117,3 +117,13 @@ def test_no_cycles_between_modules(graph: grimp.ImportGraph) -> None:
     edges = {m: set(graph.find_modules_directly_imported_by(m)) & graph.modules for m in graph.modules}
     assert _cycles(edges) == []
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check works
+
+
+def test_the_model_layer_never_imports_its_stand_in_server(graph: grimp.ImportGraph) -> None:
+    """`lm` is the real model layer the trainer and the gate stand on; `lm.standin` (the CPU server standing
+    in for vLLM) is built on it, never the other way round."""
+    found = graph.find_matching_direct_imports(import_expression="lm.* -> lm.standin.**")
+    found += graph.find_matching_direct_imports(import_expression="lm -> lm.standin.**")
+    assert [
+        f"{i['importer']} -> {i['imported']}" for i in found if not i["importer"].startswith("lm.standin")
+    ] == []

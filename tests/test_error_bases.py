@@ -14,11 +14,11 @@ import pytest
 
 from clikit.errors import ClikitError
 from factory.errors import FactoryError
+from lm.errors import LmError
 from proxy.errors import ProxyError
 from records.errors import RecordsError
 from sandboxes.errors import SandboxError
 from serving.errors import ServingError
-from standin.errors import StandinError
 from trainer.errors import TrainerError
 from wire.errors import WireError
 
@@ -26,7 +26,7 @@ BASES: dict[str, type[Exception]] = {
     "clikit": ClikitError,
     "wire": WireError,
     "records": RecordsError,
-    "standin": StandinError,
+    "lm": LmError,
     "serving": ServingError,
     "sandboxes": SandboxError,
     "proxy": ProxyError,

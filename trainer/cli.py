@@ -9,7 +9,7 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
-from standin.server import serve
+from lm.standin.server import serve
 from trainer.dflash.engine import engine_factory
 from trainer.evaluate import eval_command
 from trainer.export import export_command

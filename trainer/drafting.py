@@ -15,7 +15,7 @@ from accelerate import Accelerator
 from accelerate.utils import DistributedType
 from torch import nn
 
-from standin.model import Target
+from lm.model import Target
 from trainer.checkpoint import Position
 from trainer.config import TrainConfig
 from trainer.dflash.config import make_draft_config, resolve_mask_token

@@ -34,9 +34,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
-from standin import load_target
-from standin.engine import Autoregressive, Engine, SamplingParams
-from standin.prefix import PrefixCache
+from lm import load_target
+from lm.engine import Autoregressive, Engine, SamplingParams
+from lm.prefix import PrefixCache
 from trainer.data.build import read
 from trainer.dflash.engine import speculative
 from trainer.dflash.kinds import load_drafter

@@ -11,7 +11,7 @@ killed run resumes by skipping every shard that exists (checked to be of the sam
 one twice. The size is printed first and refused past the free space without `--force`.
 
 Train from it with `--set feature_source=cache --set feature_dir=OUT`: the trainer then loads only the
-target's `embed_tokens` and `lm_head` (`standin.loading.load_shared_weights`).
+target's `embed_tokens` and `lm_head` (`lm.loading.load_shared_weights`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from accelerate.utils import broadcast_object_list
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
+from lm import load_target
+from lm.loading import load_shared_weights
+from lm.model import Target
 from records.atomic import leftovers
-from standin import load_target
-from standin.loading import load_shared_weights
-from standin.model import Target
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import build as data_build
 from trainer.data.units import Unit, session_units

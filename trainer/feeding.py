@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from standin.model import Target
+from lm.model import Target
 from trainer.config import TrainConfig
 from trainer.data.units import Unit
 from trainer.packed import FeatureMemo, PackedStep, step_for

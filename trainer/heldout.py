@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from accelerate import Accelerator
 
-from standin.model import Target
+from lm.model import Target
 from trainer.config import TrainConfig
 from trainer.data import build as data_build
 from trainer.data.units import Unit, pack, session_units

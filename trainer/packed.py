@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from standin.model import Target
+from lm.model import Target
 from trainer.config import TrainConfig
 from trainer.data.build import Sequence
 from trainer.data.units import Unit, pack, session_units, split_unit, target_tokens

@@ -35,8 +35,8 @@ import torch
 import typer
 import yaml
 
-from standin import Target, load_target
-from standin.prefix import prefilled
+from lm import Target, load_target
+from lm.prefix import prefilled
 from trainer.data.build import read
 from trainer.errors import TrainerError
 from trainer.evaluate import Prompt, evaluate, prompts_from_sequences

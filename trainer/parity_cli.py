@@ -22,9 +22,9 @@ import typer
 import yaml
 
 from clikit import settings_command
+from lm import Target
 from serving.launch import VllmServer
 from serving.venv import availability
-from standin import Target
 from trainer.dflash.kinds import KINDS, drafted_tokens, kind_of
 from trainer.evaluate import Prompt
 from trainer.parity import (

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from standin import Target
+from lm import Target
 from trainer.dflash import helpers as H
 from trainer.dflash.kinds import load_drafter
 from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel

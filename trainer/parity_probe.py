@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 import torch
 
-from standin import Target
-from standin.engine import Autoregressive, Engine, SamplingParams
-from standin.prefix import PrefixCache, prefilled
+from lm import Target
+from lm.engine import Autoregressive, Engine, SamplingParams
+from lm.prefix import PrefixCache, prefilled
 from trainer.dflash import helpers as H
 from trainer.dflash.kinds import load_drafter
 from trainer.dflash.model import DFlashDraftModel

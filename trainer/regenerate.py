@@ -35,9 +35,9 @@ import typer
 from pydantic import BaseModel, Field
 
 from clikit import settings_command
+from lm import load_target
 from records.io import REGENERATED_DIR, write_part
 from records.schema import CallRecord
-from standin import load_target
 from trainer.data.build import heldout_call_ids
 from trainer.data.records import CallExample, load_examples, read_rows
 from trainer.errors import TrainerError

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
-from standin.taps import default_target_layer_ids
+from lm.taps import default_target_layer_ids
 from trainer.config import TrainConfig, run_name
 from trainer.launch import ExtractLaunch, Launch
 from trainer.sources.numbering import to_vllm

@@ -30,9 +30,9 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from clikit import settings_command
-from standin import load_target
-from standin.loading import load_shared_weights
-from standin.model import Target
+from lm import load_target
+from lm.loading import load_shared_weights
+from lm.model import Target
 from trainer.checkpoint import Position, StopSignal, latest_checkpoint, save_checkpoint
 from trainer.checkpoint import resume as resume_from
 from trainer.config import ConfigError, TrainConfig
@@ -57,7 +57,7 @@ def train(
     cfg: TrainConfig, argv: Sequence[str] = (), resume: bool = True, target: Target | None = None
 ) -> Path:
     """Run (or resume) the training described by ``cfg``; returns the run directory. ``target``: an
-    already loaded ``standin.Target`` instead of loading ``cfg.target`` (tests, benchmarks)."""
+    already loaded ``lm.Target`` instead of loading ``cfg.target`` (tests, benchmarks)."""
     # ---- 1. run directory ---------------------------------------------------------------------------
     mp = cfg.mixed_precision
     if mp == "auto":

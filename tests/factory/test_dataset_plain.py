@@ -136,7 +136,7 @@ def want_messages(row: dict) -> list | None:
     return next((body[f] for f in ("messages", "input") if isinstance(body, dict) and f in body), None)
 
 
-PROJECT = ("records", "factory", "trainer", "proxy", "wire", "standin", "serving", "sandboxes", "clikit")
+PROJECT = ("records", "factory", "trainer", "proxy", "wire", "lm", "serving", "sandboxes", "clikit")
 # Run after the card's pandas snippet in a fresh interpreter: what it rebuilt, and proof that nothing of
 # this project was imported (the snippet is all a stranger needs).
 _REPORT = """

@@ -20,7 +20,7 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "agents" / "claude-code" / "first_r
 
 
 def test_translated_claude_code_request_ids_equal_the_targets_rendering(tmp_path):
-    from standin import load_target
+    from lm import load_target
 
     capture = json.loads(FIXTURE.read_text())
     body = {**capture["body"], "model": "tiny-qwen3", "max_tokens": 4, "stream": True}

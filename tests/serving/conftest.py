@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lm import Target, load_target
 from serving.venv import availability
-from standin import Target, load_target
 from tests.support import free_port
 from tests.trainer.replay.conftest import call_rows, overfit
 

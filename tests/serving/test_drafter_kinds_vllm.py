@@ -14,9 +14,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from lm import Target
 from serving.drafter_load import DrafterLoadError, check_loads, vllm_load
 from serving.venv import python
-from standin import Target
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.dflash2 import DFlash2DraftModel, dflash2_config
 from trainer.dflash.dspark import dspark_config

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from standin import Target
+from lm import Target
 from tests.serving.conftest import vllm
 from tests.trainer.replay.conftest import BLOCK, NEW_TOKENS, overfit
 from trainer.evaluate import Prompt

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from lm import Target, load_target
 from records.io import write_part
-from standin import Target, load_target
 from tests.trainer.replay.conftest import call_rows
 from trainer.data.build import build
 from trainer.regenerate import RegenerateSettings, run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from standin import Target, load_target
+from lm import Target, load_target
 from tests.trainer.replay.conftest import call_rows, overfit
 
 

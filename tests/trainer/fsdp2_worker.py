@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from standin.model import Target
+from lm.model import Target
 from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash.model import DFlashDraftModel

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from standin.engine import Engine, SamplingParams
+from lm.engine import Engine, SamplingParams
 from tests.trainer.dflash.tiny import tiny_target
 from trainer.lossless import divergences, top2_gap
 from trainer.precision import NearTieRule

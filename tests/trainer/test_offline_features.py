@@ -21,7 +21,7 @@ import yaml
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from standin.loading import load_shared_weights
+from lm.loading import load_shared_weights
 from tests.support import REPO_ROOT, free_port
 from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 from trainer import features as features_mod

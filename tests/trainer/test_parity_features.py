@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from standin import Target
+from lm import Target
 from tests.trainer.replay.conftest import BLOCK, overfit
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel

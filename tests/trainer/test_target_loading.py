@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, Qwen3Config
 
-from standin.loading import context_limit, load_target
+from lm.loading import context_limit, load_target
 from tests.trainer.dflash.tiny import save_tiny
 
 

@@ -29,10 +29,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lm.model import Target
 from records import split
 from records.io import regenerated_dir
 from records.sequences import RECORDED, SEQUENCES_SCHEMA, Sequence, SessionMerge
-from standin.model import Target
 from trainer.data.published import published_call_tokens, published_sequences, sequences_dir
 from trainer.data.records import CallExample, Report, load_examples, read_rows
 from trainer.data.regenerated import attach_regenerated, regenerated_report

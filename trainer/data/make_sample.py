@@ -31,10 +31,10 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
+from lm import load_target
+from lm.engine import Engine, SamplingParams
 from records import SCHEMA
 from records.agents import AGENT_NAMES, AgentName
-from standin import load_target
-from standin.engine import Engine, SamplingParams
 from trainer.data.sample_texts import (
     CHAT_PROMPTS,
     FOLLOW_EN,

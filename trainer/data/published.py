@@ -23,10 +23,10 @@ from typing import Any
 import pyarrow.parquet as pq
 from huggingface_hub import snapshot_download
 
+from lm.model import Target
 from records.sequences import REGENERATED, Sequence
 from records.split import TEST, TRAIN
 from records.storage import is_url
-from standin.model import Target
 from trainer.data.records import Report, empty_think_prefix
 from trainer.errors import TrainerError
 

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lm.model import Target
 from records.agents import OTHER_AGENT
 from records.io import read_batches
 from records.schema import COLUMNS as RECORD_COLUMNS
 from records.sequences import untrainable
 from records.split import TEST, TRAIN
-from standin.model import Target
 from trainer.errors import TrainerError
 from wire import Api
 from wire.chat_view import ChatViewError, chat_body, template_kwargs

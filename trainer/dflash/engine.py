@@ -1,6 +1,6 @@
 """Speculative decoding of the in-process target with a DFlash drafter, as a decoding strategy.
 
-It plugs into ``standin.engine.Engine`` (which owns stop tokens and ``max_tokens``), so the
+It plugs into ``lm.engine.Engine`` (which owns stop tokens and ``max_tokens``), so the
 evaluation, the lossless check and ``serve-target --draft`` all run exactly the same code.
 
 One step: the block is [last accepted token, mask x (B-1)] at positions start..start+B-1; the drafter,
@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from standin.engine import Engine, Sampler, SpecDecodeStats
-from standin.model import Target
-from standin.prefix import PrefixCache, prefill
+from lm.engine import Engine, Sampler, SpecDecodeStats
+from lm.model import Target
+from lm.prefix import PrefixCache, prefill
 from trainer.dflash.dflash2 import DFlash2DraftModel
 from trainer.dflash.dspark import DSparkDraftModel
 from trainer.dflash.kinds import load_drafter
@@ -269,7 +269,7 @@ def speculative(
 def engine_factory(  # type: ignore[no-untyped-def]
     draft_dir: str | Path, block_size: int | None = None, prefix_tokens: int = 0
 ):
-    """For ``standin.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash;
+    """For ``lm.standin.server.serve(engine_factory=...)``: the target's engine, drafting with DFlash;
     with `prefix_tokens`, prompts are prefilled through a prefix cache of that many positions."""
 
     def make(target: Target) -> Engine:

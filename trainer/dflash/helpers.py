@@ -4,7 +4,7 @@ Everything here is a plain function of tensors (no modules, no state), so each D
 silently costs acceptance when it is off by one has one place to live and one unit test:
 
 - tap id k is the OUTPUT of target decoder layer k, i.e. Hugging Face ``hidden_states[k + 1]``
-  (``standin.taps`` owns that convention);
+  (``lm.taps`` owns that convention);
 - a block anchored at position ``a`` holds the anchor token ``ids[a]`` in slot 0 and the mask token in
   slots 1..B-1, at positions ``a .. a+B-1``; slot k is trained to predict ``ids[a + k]`` (no shift);
 - the block sees target context at positions strictly before ``a`` (``<``, never ``<=``) and its own
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from standin.taps import default_target_layer_ids
+from lm.taps import default_target_layer_ids
 
 __all__ = ["default_target_layer_ids"]  # the tap convention is the target's; re-exported for callers here
 

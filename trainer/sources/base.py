@@ -1,7 +1,7 @@
 """The feature-source seam: where training gets the target's tapped hidden states from.
 
 A source maps a sequence of token ids to its taps, `[T, len(layer_ids)·H]` — this project's tap ids
-(`standin.taps`: id k is the output of decoder layer k), concatenated in the order asked. Three exist:
+(`lm.taps`: id k is the output of decoder layer k), concatenated in the order asked. Three exist:
 `hf` (the target in-process, the default), `cache` (files written ahead of training) and `vllm` (a running
 vLLM with hidden-state extraction). Features of a causal target over a prefix do not depend on what
 follows it, so a sequence that is a prefix of another is served from the longer one's features

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from standin.model import Target
+from lm.model import Target
 from trainer.sources.base import shared
 
 

@@ -1,6 +1,6 @@
 """The one place this project's tap ids and vLLM's auxiliary hidden-state ids are converted.
 
-This project's tap id k is the OUTPUT of decoder layer k (`standin.taps`). vLLM numbers the same tensor
+This project's tap id k is the OUTPUT of decoder layer k (`lm.taps`). vLLM numbers the same tensor
 as the INPUT of layer k + 1 (`eagle_aux_hidden_state_layer_ids`), and its extraction for DFlash appends
 `num_layers` — the last layer's output before the final norm, which speculators reads as the verifier's
 last hidden state. So the server is launched with `[k + 1 for k in taps] + [num_layers]` and every file

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from standin.model import Target
+from lm.model import Target
 from trainer.sources.base import FeatureError, FeatureSource
 from trainer.sources.cache import CacheSource
 from trainer.sources.hf import HFSource

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from clikit import settings_command
-from standin import load_target
+from lm import load_target
 from trainer.dflash.model import DFlashDraftModel
 from trainer.speculators.checkpoint import from_speculators
 from trainer.speculators.data import export

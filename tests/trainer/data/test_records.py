@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from standin import Target
+from lm import Target
 from trainer.data.records import Excluded, empty_think_prefix, load_examples, to_example
 
 TOOLS = [

@@ -17,7 +17,7 @@ import torch
 import torch._dynamo
 import torch.nn.attention.flex_attention as flex_module
 
-from standin.model import Target
+from lm.model import Target
 from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
 from trainer.dflash import compiled as C
 from trainer.dflash import helpers as H

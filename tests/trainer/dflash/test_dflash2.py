@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from standin.engine import Engine
+from lm.engine import Engine
 from tests.trainer.dflash.tiny import MASK, context, tiny_target, train_kind, write_calls
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dflash2 import DFlash2DraftModel, GroupedConv, dflash2_config

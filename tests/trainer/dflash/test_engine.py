@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from standin.engine import Engine, SamplingParams
+from lm.engine import Engine, SamplingParams
 from tests.trainer.dflash.tiny import MASK, greedy, tiny_drafter, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash.engine import DFlashSpeculative, _rejection

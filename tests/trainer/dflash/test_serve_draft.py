@@ -9,9 +9,9 @@ import httpx
 import pytest
 import torch
 
-from standin import Target
-from standin.server import TargetServer
-from tests.standin.conftest import live
+from lm import Target
+from lm.standin.server import TargetServer
+from tests.lm.conftest import live
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.engine import check_compatible, engine_factory
 from trainer.dflash.model import DFlashDraftModel

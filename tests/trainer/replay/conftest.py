@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from standin import Engine, SamplingParams, Target
-from standin.server import TargetServer
-from tests.standin.conftest import Live, live
+from lm import Engine, SamplingParams, Target
+from lm.standin.server import TargetServer
+from tests.lm.conftest import Live, live
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.engine import engine_factory
 from trainer.dflash.model import DFlashDraftModel

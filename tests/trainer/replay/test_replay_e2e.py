@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tests.standin.conftest import Live
+from tests.lm.conftest import Live
 from tests.trainer.replay.conftest import write_split
 from trainer.cli import app
 from trainer.replay import ReplaySettings, parse, run_replay

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.standin.conftest import Live
+from tests.lm.conftest import Live
 from tests.support import free_port
 from tests.trainer.replay.test_units import _rows, _write
 from trainer.cli import app
@@ -66,7 +66,7 @@ def test_an_endpoint_lost_midway_keeps_the_levels_already_done(tiny, dataset: Pa
 
     import uvicorn
 
-    from standin.server import TargetServer
+    from lm.standin.server import TargetServer
     from tests.support import wait_http
     from trainer.replay import ReplaySettings, run_replay
     from trainer.replay.run import Progress
@@ -108,7 +108,7 @@ def test_a_dead_method_is_left_out_and_the_others_keep_their_rows(
 
     import uvicorn
 
-    from standin.server import TargetServer
+    from lm.standin.server import TargetServer
     from tests.support import wait_http
     from trainer.replay import ReplaySettings, run_replay
     from trainer.replay.run import Progress

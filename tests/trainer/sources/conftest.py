@@ -5,9 +5,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-from standin import Target
-from standin.extract import ExtractionSettings, create_app
-from tests.standin.conftest import live
+from lm import Target
+from lm.standin.extract import ExtractionSettings, create_app
+from tests.lm.conftest import live
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from standin.loading import load_shared_weights
+from lm.loading import load_shared_weights
 from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
 from trainer.config import TrainConfig
 from trainer.data import build as data_build

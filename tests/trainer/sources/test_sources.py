@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from standin import Target
+from lm import Target
 from trainer.sources import cache as cache_mod
 from trainer.sources import numbering
 from trainer.sources.base import FeatureError, prefix_groups

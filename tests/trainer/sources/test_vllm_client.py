@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from standin import Target
-from standin.extract import ExtractionSettings, Extractor
+from lm import Target
+from lm.standin.extract import ExtractionSettings, Extractor
 from trainer.sources.base import FeatureError
 from trainer.sources.numbering import to_vllm
 from trainer.sources.vllm import VllmSource, VllmSourceSettings

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from standin.engine import Engine, SamplingParams
+from lm.engine import Engine, SamplingParams
 from tests.trainer.dflash.tiny import greedy, save_tiny, tiny_target
 from tests.trainer.speculators.test_speculators import drafter_dir
 from trainer.dflash.engine import DFlashSpeculative

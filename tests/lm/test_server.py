@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from standin import Engine, Sampler, Target
-from standin.server import TargetServer
-from tests.standin.conftest import Live, live
+from lm import Engine, Sampler, Target
+from lm.standin.server import TargetServer
+from tests.lm.conftest import Live, live
 
 MESSAGES = [{"role": "user", "content": "Say something about the weather."}]
 TOOLS = [

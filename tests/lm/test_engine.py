@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import torch
 
-from standin import (
+from lm import (
     Autoregressive,
     DecodingStrategy,
     Engine,

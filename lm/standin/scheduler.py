@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from standin.engine import Engine, SamplingParams, Step
+from lm.engine import Engine, SamplingParams, Step
 
 log = logging.getLogger(__name__)
 

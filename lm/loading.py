@@ -23,8 +23,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from lm.model import Target
 from records.atomic import write_text
-from standin.model import Target
 
 log = logging.getLogger(__name__)
 

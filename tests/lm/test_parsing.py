@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from standin import Target
-from standin.parsing import IncrementalDetokenizer, OutputStream, parse_output
+from lm import Target
+from lm.standin.parsing import IncrementalDetokenizer, OutputStream, parse_output
 
 CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls -la", "note": "é"}}\n</tool_call>'
 

@@ -9,13 +9,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from standin.engine import SamplingParams
-from standin.errors import StandinError
+from lm.engine import SamplingParams
+from lm.errors import LmError
 
 _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 500: "InternalServerError"}
 
 
-class OpenAIError(StandinError):
+class OpenAIError(LmError):
     """An error answered as vLLM answers it: `{"error": {message, type, param, code}}`."""
 
     def __init__(self, status: int, message: str, param: str | None = None) -> None:

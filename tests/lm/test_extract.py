@@ -1,4 +1,4 @@
-"""The stand-in's vLLM-style hidden-state extraction (standin/extract.py), against the CPU model."""
+"""The stand-in's vLLM-style hidden-state extraction (lm/standin/extract.py), against the CPU model."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from standin import Target
-from standin.extract import ExtractionSettings, Extractor, create_app
+from lm import Target
+from lm.standin.extract import ExtractionSettings, Extractor, create_app
 
 from .conftest import live
 

@@ -12,8 +12,8 @@ import openai
 import pyarrow.parquet as pq
 import pytest
 
-from standin import Engine, Target
-from tests.standin.conftest import Live
+from lm import Engine, Target
+from tests.lm.conftest import Live
 from tests.support import REPO_ROOT, background, free_port
 
 pytestmark = pytest.mark.slow

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from standin import Target, load_target
-from standin.loading import cache_root
+from lm import Target, load_target
+from lm.loading import cache_root
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import jinja2
 
-from standin.engine import SamplingParams
-from standin.model import Target
-from standin.protocol import (
+from lm.engine import SamplingParams
+from lm.model import Target
+from lm.standin.protocol import (
     CompletionRequest,
     DetokenizeRequest,
     OpenAIError,

@@ -11,12 +11,12 @@ names the file in its top-level ``kv_transfer_params.hidden_states_path``. The f
 
 vLLM's aux id ``i`` is the INPUT of decoder layer ``i`` (the residual stream entering it); ``i ==
 num_layers`` is the last layer's output before the final norm. This module implements exactly that
-definition with forward pre-hooks — deliberately not through ``standin.taps`` (outputs of layer k), so a
+definition with forward pre-hooks — deliberately not through ``lm.taps`` (outputs of layer k), so a
 client that converts between the two numberings is checked against an independent implementation.
 
 ``mount(app, extractor)`` puts the extraction route in front of a stand-in server's own
 ``/v1/completions`` (as vLLM does in extraction mode, every completion request is an extraction);
-``python -m standin.extract --model tiny-qwen3 --aux-layer-ids 2 4 --shared-storage-path DIR`` serves it.
+``python -m lm.standin.extract --model tiny-qwen3 --aux-layer-ids 2 4 --shared-storage-path DIR`` serves it.
 """
 
 from __future__ import annotations
@@ -43,11 +43,11 @@ from safetensors.torch import save_file
 from starlette.routing import Route
 
 from clikit import settings_command
+from lm.errors import LmError
+from lm.loading import load_target
+from lm.model import Target
+from lm.standin.server import TargetServer
 from records.atomic import atomic_path
-from standin.errors import StandinError
-from standin.loading import load_target
-from standin.model import Target
-from standin.server import TargetServer
 
 LOCK_SUFFIX = ".lock"
 
@@ -181,7 +181,7 @@ class Extractor:
         }
 
 
-class _BadRequest(StandinError, ValueError):
+class _BadRequest(LmError, ValueError):
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
         self.param = param
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     cli = typer.Typer(add_completion=False)
     cli.command()(serve)
-    cli(args=list(argv) if argv is not None else None, prog_name="python -m standin.extract")
+    cli(args=list(argv) if argv is not None else None, prog_name="python -m lm.standin.extract")
 
 
 if __name__ == "__main__":

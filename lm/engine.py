@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from standin.model import Target
-from standin.prefix import PrefixCache, prefill
+from lm.model import Target
+from lm.prefix import PrefixCache, prefill
 
 SAMPLING_EPS = 1e-5  # vLLM's: a temperature below this is greedy
 

@@ -1,7 +1,7 @@
 """The tap convention: which decoder layers' outputs a DFlash drafter reads, and what "tap k" means.
 
 Tap id k is the OUTPUT of decoder layer k (Hugging Face `hidden_states[k + 1]`); vLLM numbers the same
-feature as the input of layer k + 1. The target wrapper (`standin.model.Target.tap`) captures these, the
+feature as the input of layer k + 1. The target wrapper (`lm.model.Target.tap`) captures these, the
 drafter (`trainer.dflash`) is configured with them, and the export writes them as `target_layer_ids`.
 """
 

@@ -20,7 +20,7 @@ import torch
 from transformers import DynamicCache
 
 if TYPE_CHECKING:
-    from standin.model import Target
+    from lm.model import Target
 
 
 class Prefill(NamedTuple):

@@ -22,20 +22,20 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from standin.engine import Autoregressive, Engine
-from standin.frontend import Frontend
-from standin.generation import Generation
-from standin.metrics import ServerMetrics
-from standin.model import Target
-from standin.prefix import PrefixCache
-from standin.protocol import (
+from lm.engine import Autoregressive, Engine
+from lm.model import Target
+from lm.prefix import PrefixCache
+from lm.standin.frontend import Frontend
+from lm.standin.generation import Generation
+from lm.standin.metrics import ServerMetrics
+from lm.standin.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
     OpenAIError,
     TokenizeRequest,
 )
-from standin.scheduler import Scheduler
+from lm.standin.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ def serve(
     `prefix_cache_tokens` > 0 gives the default engine a prefix cache of that many positions."""
     import uvicorn
 
-    from standin.loading import load_target
+    from lm.loading import load_target
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if threads:

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from standin.engine import SpecDecodeStats
-from standin.metrics import ServerMetrics
+from lm.engine import SpecDecodeStats
+from lm.standin.metrics import ServerMetrics
 
 SPEC = {
     "vllm:spec_decode_num_drafts",

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from standin import Engine, Target
-from standin.loading import cache_root, context_limit, smollm2_cache_dir, smollm2_gguf
-from standin.server import TargetServer
-from tests.standin.conftest import Live, live
-from tests.standin.test_model import _check_taps
+from lm import Engine, Target
+from lm.loading import cache_root, context_limit, smollm2_cache_dir, smollm2_gguf
+from lm.standin.server import TargetServer
+from tests.lm.conftest import Live, live
+from tests.lm.test_model import _check_taps
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def test_loads_from_the_wheel_via_a_safetensors_cache(smollm2: Target) -> None:
     assert smollm2.model.dtype == torch.float32
     assert not smollm2.model.training
     assert smollm2.tokenizer.convert_ids_to_tokens(list(smollm2.stop_token_ids)) == ["<|im_end|>"]
-    assert smollm2.tool_call_format == "hermes"  # the project's tools template (standin/templates)
+    assert smollm2.tool_call_format == "hermes"  # the project's tools template (lm/templates)
     assert smollm2.reasoning_format is None
     # served with YaRN over the 8,192 positions it was trained on (docs/target.md says why)
     rope = smollm2.model.config.rope_parameters

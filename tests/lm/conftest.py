@@ -10,8 +10,8 @@ import openai
 import pytest
 import uvicorn
 
-from standin import Target, load_target
-from standin.server import TargetServer
+from lm import Target, load_target
+from lm.standin.server import TargetServer
 from tests.support import free_port
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from standin.taps import default_target_layer_ids
+from lm.taps import default_target_layer_ids
 from wire.chat_view import normalize_message
 
 
@@ -111,7 +111,7 @@ class Target:
     def default_layer_ids(self, n_draft: int) -> list[int]:
         """DFlash's tap choice for this target: `n_draft` ids spread evenly from 1 to num_layers − 3
         (Qwen3-8B, 36 layers, 5 → [1, 9, 17, 25, 33]), never the last layer; see
-        `standin.taps.default_target_layer_ids`, where that convention lives."""
+        `lm.taps.default_target_layer_ids`, where that convention lives."""
         return default_target_layer_ids(self.num_layers, n_draft)
 
     # ---- chat rendering ----------------------------------------------------------------------------

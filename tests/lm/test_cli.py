@@ -7,7 +7,7 @@ import subprocess
 import openai
 import pytest
 
-from standin import Engine, Target
+from lm import Engine, Target
 from tests.support import REPO_ROOT, background, free_port
 
 

@@ -7,10 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import torch
 
-from standin import Autoregressive, Engine, SamplingParams, Target
-from standin.prefix import PrefixCache, prefilled
-from standin.server import TargetServer
-from tests.standin.conftest import Live, live
+from lm import Autoregressive, Engine, SamplingParams, Target
+from lm.prefix import PrefixCache, prefilled
+from lm.standin.server import TargetServer
+from tests.lm.conftest import Live, live
 
 LAYERS = [0, 1]
 

@@ -1,6 +1,8 @@
-"""The target model: loading, chat rendering, hidden-state taps, generation and the stand-in server.
+"""The model layer: the target model in-process — loading, chat rendering, hidden-state taps, the decoding
+engine (a pluggable drafting strategy) — and, in `lm.standin`, the CPU stand-in server built on it (a server
+shaped like vLLM for where vLLM cannot run, and the vLLM-style hidden-state extraction).
 
-    from standin import load_target
+    from lm import load_target
     target = load_target("tiny-qwen3")          # or "smollm2", or a Hugging Face model directory
     ids = target.render(messages, tools)         # exactly the server's prompt_token_ids
     feats = target.tap(torch.tensor([ids]), target.default_layer_ids(5))   # [1, T, 5·H]
@@ -8,7 +10,7 @@
 See docs/target.md.
 """
 
-from standin.engine import (
+from lm.engine import (
     Autoregressive,
     DecodingStrategy,
     Engine,
@@ -17,8 +19,8 @@ from standin.engine import (
     SpecDecodeStats,
     Step,
 )
-from standin.loading import cache_root, load_target
-from standin.model import ForwardOutput, Target
+from lm.loading import cache_root, load_target
+from lm.model import ForwardOutput, Target
 
 __all__ = [
     "Autoregressive",

@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from standin.engine import DecodingStrategy
-from standin.scheduler import Scheduler
+from lm.engine import DecodingStrategy
+from lm.standin.scheduler import Scheduler
 
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from standin.engine import SamplingParams
-from standin.frontend import Frontend
-from standin.metrics import ServerMetrics
-from standin.parsing import OutputStream
-from standin.protocol import (
+from lm.engine import SamplingParams
+from lm.standin.frontend import Frontend
+from lm.standin.metrics import ServerMetrics
+from lm.standin.parsing import OutputStream
+from lm.standin.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     OpenAIError,
@@ -26,7 +26,7 @@ from standin.protocol import (
     usage,
     with_usage,
 )
-from standin.scheduler import Scheduler
+from lm.standin.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 # (new token ids, message delta, finish reason, stop reason): one per forward
