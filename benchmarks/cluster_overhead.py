@@ -42,8 +42,9 @@ def _db(root: Path) -> object:
 
 def _run(root: Path, session_runner: object, n: int, concurrency: int) -> float:
     sessions = _db(root)
-    cfg = RunConfig(proxy_url="http://127.0.0.1:9", data_dir=root, concurrency=concurrency, limit=n,
-                    poll_s=0.05)  # fmt: skip
+    cfg = RunConfig(
+        proxy_url="http://127.0.0.1:9", data_dir=root, concurrency=concurrency, limit=n, poll_s=0.05
+    )
     t = time.perf_counter()
     stats = Runner(sessions, session_runner, cfg).run()  # type: ignore[arg-type]
     took = time.perf_counter() - t
@@ -58,11 +59,23 @@ def scheduling(n: int, concurrency: int, tmp: Path) -> None:
 
     local = _run(tmp / "local", FakeSessionRunner(), n, concurrency)
     t = time.perf_counter()
-    ray.init(num_cpus=1, resources={SANDBOX_RESOURCE: concurrency}, object_store_memory=80 * 1024 * 1024,
-             include_dashboard=False, namespace="dflash", log_to_driver=False)  # fmt: skip
+    ray.init(
+        num_cpus=1,
+        resources={SANDBOX_RESOURCE: concurrency},
+        object_store_memory=80 * 1024 * 1024,
+        include_dashboard=False,
+        namespace="dflash",
+        log_to_driver=False,
+    )
     started = time.perf_counter() - t
-    opts = RayOptions(address="local", upstream="http://127.0.0.1:9", store_url=str(tmp / "store"),
-                      node_dir=tmp / "node", session_runner=FAKE, fake_calls=0)  # fmt: skip
+    opts = RayOptions(
+        address="local",
+        upstream="http://127.0.0.1:9",
+        store_url=str(tmp / "store"),
+        node_dir=tmp / "node",
+        session_runner=FAKE,
+        fake_calls=0,
+    )
     rr = RaySessionRunner(opts)
     warm = _run(tmp / "warm", rr, 1, 1)  # starts the node's proxy actor (its uploader a thread in it)
     steady = _run(tmp / "ray", rr, n, concurrency)
@@ -70,8 +83,10 @@ def scheduling(n: int, concurrency: int, tmp: Path) -> None:
     ray.shutdown()
     print(f"scheduling: {n} sessions, {concurrency} at a time")
     print(f"  local runner   {local:7.2f} s  {local / n * 1000:8.1f} ms/session (baseline)")
-    print(f"  ray runner     {steady:7.2f} s  {steady / n * 1000:8.1f} ms/session "
-          f"({steady / local:.1f}x; +{(steady - local) / n * 1000:.1f} ms/session)")  # fmt: skip
+    print(
+        f"  ray runner     {steady:7.2f} s  {steady / n * 1000:8.1f} ms/session "
+        f"({steady / local:.1f}x; +{(steady - local) / n * 1000:.1f} ms/session)"
+    )
     print(f"  first session on a node (proxy actor start): {warm:.2f} s; ray.init (local): {started:.2f} s")
 
 
@@ -100,8 +115,10 @@ def upload(parts: int, part_mib: float, tmp: Path) -> None:
     print(
         f"  local folder   {folder:7.2f} s  {mib / folder:8.1f} MiB/s  {parts / folder:6.1f} parts/s (baseline)"
     )
-    print(f"  local S3 (moto){s3t:7.2f} s  {mib / s3t:8.1f} MiB/s  {parts / s3t:6.1f} parts/s "
-          f"({s3t / folder:.1f}x the folder's time)")  # fmt: skip
+    print(
+        f"  local S3 (moto){s3t:7.2f} s  {mib / s3t:8.1f} MiB/s  {parts / s3t:6.1f} parts/s "
+        f"({s3t / folder:.1f}x the folder's time)"
+    )
 
 
 def main() -> None:

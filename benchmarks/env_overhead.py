@@ -95,25 +95,35 @@ def files_repo(root: Path, name: str, files: dict[str, str]) -> tuple[Path, str]
 # name -> (files, setup given explicitly or None for detected, language for detection)
 SMALL = {
     "rust": (
-        {"Cargo.toml": '[package]\nname = "calc"\nversion = "0.1.0"\nedition = "2021"\n',
-         "src/lib.rs": "pub fn add(a: i32, b: i32) -> i32 { a + b }\n"},
-        None, "Rust",
+        {
+            "Cargo.toml": '[package]\nname = "calc"\nversion = "0.1.0"\nedition = "2021"\n',
+            "src/lib.rs": "pub fn add(a: i32, b: i32) -> i32 { a + b }\n",
+        },
+        None,
+        "Rust",
     ),
     "java": (
         {"src/Calc.java": "public class Calc { public static int add(int a, int b) { return a + b; } }\n"},
-        "mkdir -p out && javac -d out src/*.java", "Java",
+        "mkdir -p out && javac -d out src/*.java",
+        "Java",
     ),
     "cpp": (
-        {"CMakeLists.txt": "cmake_minimum_required(VERSION 3.16)\nproject(calc CXX)\nadd_library(calc calc.cpp)\n",
-         "calc.cpp": "int add(int a, int b) { return a + b; }\n"},
-        None, "C++",
+        {
+            "CMakeLists.txt": "cmake_minimum_required(VERSION 3.16)\nproject(calc CXX)\nadd_library(calc calc.cpp)\n",
+            "calc.cpp": "int add(int a, int b) { return a + b; }\n",
+        },
+        None,
+        "C++",
     ),
     "node": (
-        {"package.json": '{"name": "calc", "version": "0.1.0", "dependencies": {"is-number": "7.0.0"}}\n',
-         "index.js": "module.exports = (a, b) => a + b;\n"},
-        None, "JavaScript",
+        {
+            "package.json": '{"name": "calc", "version": "0.1.0", "dependencies": {"is-number": "7.0.0"}}\n',
+            "index.js": "module.exports = (a, b) => a + b;\n",
+        },
+        None,
+        "JavaScript",
     ),
-}  # fmt: skip
+}
 
 
 def own_mib(client: docker.DockerClient, image: str, below: str) -> float:
@@ -145,8 +155,9 @@ def env_builds(
     repos += [(n, *files_repo(tmp, n, f), setup, lang) for n, (f, setup, lang) in SMALL.items()]
     for lang, path, sha, setup, language in repos:
         t = time.monotonic()
-        p = prepare(client, settings, agents, path, sha, repo_id=f"{run_id}/{lang}", setup=setup,
-                    language=language)  # fmt: skip
+        p = prepare(
+            client, settings, agents, path, sha, repo_id=f"{run_id}/{lang}", setup=setup, language=language
+        )
         assert p.setup["status"] == "built", p.setup
         family = client.images.get(str(p.image)).labels["dflash.env.family_image"]
         builds[lang] = {

@@ -184,8 +184,11 @@ def measure(
             t = run.clock.t
             t["forward"] = t.pop("loss") - t["features"] - t["anchors"] - t["mask"]
             timed.append(({p: t[p] for p in PHASES}, loss, tokens))
-            print(f"  step {i + 1}: {kind} {n} {cfg.feature_source}: {sum(timed[-1][0].values()):.3f}s, "
-                  f"loss {loss:.4f}, peak {peak_gib(run)} GiB", flush=True)  # fmt: skip
+            print(
+                f"  step {i + 1}: {kind} {n} {cfg.feature_source}: {sum(timed[-1][0].values()):.3f}s, "
+                f"loss {loss:.4f}, peak {peak_gib(run)} GiB",
+                flush=True,
+            )
         if not timed:
             row["error"] = "not started: --timeout"
             return

@@ -139,8 +139,12 @@ def count_records(data_dir: Path, prefix: str, expected: int, wait_s: float = 18
     """Records of this level, once the live proxy has rolled them (large streams take a while)."""
     deadline = time.monotonic() + wait_s
     while True:
-        subprocess.run([sys.executable, "-m", "proxy", "roll", "--data-dir", str(data_dir)], cwd=ROOT,
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "proxy", "roll", "--data-dir", str(data_dir)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         calls = data_dir / "calls"
         ids = (
             ds.dataset(calls).to_table(columns=["session_id"]).column("session_id").to_pylist()
@@ -177,10 +181,23 @@ def main() -> None:
         ["-m", "tests.fakes.scripted_upstream", "--port", str(up_port)], f"http://127.0.0.1:{up_port}/health"
     )
     proxy = start(
-        ["-m", "proxy", "serve", "--upstream", f"http://127.0.0.1:{up_port}", "--port", str(px_port),
-         "--data-dir", str(data_dir), "--segment-max-age-s", "1", "--upstream-transport", a.transport],
+        [
+            "-m",
+            "proxy",
+            "serve",
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+            "--port",
+            str(px_port),
+            "--data-dir",
+            str(data_dir),
+            "--segment-max-age-s",
+            "1",
+            "--upstream-transport",
+            a.transport,
+        ],
         f"http://127.0.0.1:{px_port}/healthz",
-    )  # fmt: skip
+    )
     print(f"transport: {a.transport}")
     print(
         f"{'streams':>7} {'events':>6} {'ttfb p50 +ms':>13} {'ttfb p99 +ms':>13} {'direct ev/s':>12} {'proxy ev/s':>11} "

@@ -54,8 +54,9 @@ class PeakRss:
 def engine(name: str, argv: list[str], log: Path) -> Iterator[tuple[str, float, PeakRss]]:
     port = free_port()
     with log.open("wb") as out:
-        proc = subprocess.Popen([*argv, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [*argv, "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     rss = PeakRss(proc.pid)
     url, started = f"http://127.0.0.1:{port}", time.perf_counter()
     try:
@@ -77,8 +78,14 @@ def engine(name: str, argv: list[str], log: Path) -> Iterator[tuple[str, float, 
 def send(url: str, prompt: list[int], decode: int) -> tuple[float, float, int]:
     """(seconds to the first token, seconds in all, completion tokens) of one streamed greedy call."""
     model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    body = {"model": model, "prompt": prompt, "max_tokens": decode, "temperature": 0, "ignore_eos": True,
-            "stream": True}  # fmt: skip
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": decode,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
     started, first, n = time.perf_counter(), None, 0
     with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=1800) as r:
         r.raise_for_status()
@@ -130,8 +137,10 @@ def main() -> None:
             "warning",
         ],
     }
-    print(f"{len(prompts)} calls, prompts {[len(p) for p in prompts]} tokens, {args.decode} decoded; load "
-          f"{os.getloadavg()[0]:.1f} at start on {os.cpu_count()} cores")  # fmt: skip
+    print(
+        f"{len(prompts)} calls, prompts {[len(p) for p in prompts]} tokens, {args.decode} decoded; load "
+        f"{os.getloadavg()[0]:.1f} at start on {os.cpu_count()} cores"
+    )
     for name in args.engines.split(","):
         with engine(name, argvs[name], out / f"{name}.log") as (url, start_s, rss):
             cold = [send(url, p, args.decode) for p in prompts]
@@ -141,9 +150,11 @@ def main() -> None:
         ttft_cold, ttft_warm = sum(c[0] for c in cold), sum(w[0] for w in warm)
         decode_s = sum(c[1] - c[0] for c in cold + warm)
         decoded = sum(max(c[2] - 1, 0) for c in cold + warm)
-        print(f"{name}: start {start_s:.0f} s, peak RSS {peak / 2**30:.2f} GiB | cold: TTFT {ttft_cold / len(cold):.1f} s "
-              f"mean, prompt {tokens / ttft_cold:.0f} tok/s | cached: TTFT {ttft_warm / len(warm):.2f} s mean | "
-              f"decode {decoded / decode_s:.1f} tok/s | load {os.getloadavg()[0]:.1f}")  # fmt: skip
+        print(
+            f"{name}: start {start_s:.0f} s, peak RSS {peak / 2**30:.2f} GiB | cold: TTFT {ttft_cold / len(cold):.1f} s "
+            f"mean, prompt {tokens / ttft_cold:.0f} tok/s | cached: TTFT {ttft_warm / len(warm):.2f} s mean | "
+            f"decode {decoded / decode_s:.1f} tok/s | load {os.getloadavg()[0]:.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -68,8 +68,10 @@ def run(
         console.print(f"[red]error:[/] {RAY_EGRESS}")
         raise typer.Exit(2)
     if not ray and (store_url or upstream):  # the local runner sends agents through --proxy-url's proxy
-        console.print("[red]error:[/] --store-url and --upstream are for --ray (the nodes' own proxies); "
-                      "without it, start the proxy with --store-url (docs/proxy.md)")  # fmt: skip
+        console.print(
+            "[red]error:[/] --store-url and --upstream are for --ray (the nodes' own proxies); "
+            "without it, start the proxy with --store-url (docs/proxy.md)"
+        )
         raise typer.Exit(2)
     if ray:
         # Ray is an optional heavy dependency (the `cluster` extra): imported only when --ray is given.
@@ -77,11 +79,18 @@ def run(
 
         try:
             summary = run_on_cluster(
-                _sessions(db, data_dir), settings.config(proxy_url="ray://node-proxy", data_dir=data_dir),
-                address=ray, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
-                runner=settings.runner, model=settings.model, image=settings.image,
-                time_limit_s=settings.session_timeout, console=console,
-            )  # fmt: skip
+                _sessions(db, data_dir),
+                settings.config(proxy_url="ray://node-proxy", data_dir=data_dir),
+                address=ray,
+                store_url=store_url,
+                upstream=upstream,
+                upstream_api=upstream_api,
+                runner=settings.runner,
+                model=settings.model,
+                image=settings.image,
+                time_limit_s=settings.session_timeout,
+                console=console,
+            )
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from None
@@ -99,8 +108,13 @@ def run(
     sessions = _sessions(db, data_dir)
     # Many `run` processes may share a data folder (scale-out): no lock, but each reaps the dead ones.
     with run_scope(data_dir, console, sandboxes=uses_sandboxes(settings.runner), exclusive=False) as ledger:
-        args = RunnerArgs(model=settings.model, image=settings.image, time_limit_s=settings.session_timeout,
-                          run_id=ledger.record.run_id, egress=settings.egress)  # fmt: skip
+        args = RunnerArgs(
+            model=settings.model,
+            image=settings.image,
+            time_limit_s=settings.session_timeout,
+            run_id=ledger.record.run_id,
+            egress=settings.egress,
+        )
         r = Runner(sessions, get_runner(settings.runner, args), settings.config(proxy_url, data_dir))
         progress = Progress(console, proxy_url=proxy_url)
         with progress.live():

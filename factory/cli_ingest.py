@@ -75,10 +75,17 @@ def issues(
 
     sessions = _sessions(db, data_dir)
     with GitHubClient(token, base_url=api_url, cache=DbEtagCache(sessions)) as gh:
-        rep = harvest(sessions, registry.load(path), gh, limit_repos=limit_repos,
-                      on_repo=lambda n, k: console.print(f"{n}: +{k}"))  # fmt: skip
-        console.print(f"+{rep.issues_new} issues from {rep.repos_ok} repositories; "
-                      f"{gh.stats.requests} requests, {gh.stats.not_modified} not modified")  # fmt: skip
+        rep = harvest(
+            sessions,
+            registry.load(path),
+            gh,
+            limit_repos=limit_repos,
+            on_repo=lambda n, k: console.print(f"{n}: +{k}"),
+        )
+        console.print(
+            f"+{rep.issues_new} issues from {rep.repos_ok} repositories; "
+            f"{gh.stats.requests} requests, {gh.stats.not_modified} not modified"
+        )
     if rep.missing:
         console.print(f"[yellow]404 (not found): {', '.join(rep.missing)}[/]")
     for name, err in rep.errors.items():
@@ -112,8 +119,9 @@ def translate(
     from factory.ingest.translate import Translator, translate_missing
 
     tr = Translator(url, model=model, api_key=api_key)
-    counts = translate_missing(_sessions(db, data_dir), tr, limit=limit, retry_rejected=retry_rejected,
-                               concurrency=concurrency)  # fmt: skip
+    counts = translate_missing(
+        _sessions(db, data_dir), tr, limit=limit, retry_rejected=retry_rejected, concurrency=concurrency
+    )
     console.print(counts)
 
 

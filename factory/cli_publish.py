@@ -36,9 +36,11 @@ def export(
         settings,
         progress=lambda line: console.print(line, markup=False),
     )
-    console.print(f"{dest}: {s.sessions} sessions, {s.calls} calls, {s.duplicates_dropped} duplicates dropped, "
-                  f"secrets scrubbed {dict(s.secrets) or 'none'}, calls keeping exact ids: "
-                  f"{'n/a' if s.exact_ids_fraction is None else f'{s.exact_ids_fraction:.1%}'}")  # fmt: skip
+    console.print(
+        f"{dest}: {s.sessions} sessions, {s.calls} calls, {s.duplicates_dropped} duplicates dropped, "
+        f"secrets scrubbed {dict(s.secrets) or 'none'}, calls keeping exact ids: "
+        f"{'n/a' if s.exact_ids_fraction is None else f'{s.exact_ids_fraction:.1%}'}"
+    )
 
 
 @app.command()
@@ -56,5 +58,7 @@ def push(
     files = do_push(folder or data_dir / "dataset", repo_id, dry_run=dry_run, private=private, token=token)
     for path, size in files:
         typer.echo(f"{size:>12,}  {path}")
-    typer.echo(f"{'would upload' if dry_run else 'uploaded'} {len(files)} files, {sum(s for _, s in files):,} bytes "
-          f"to datasets/{repo_id}")  # fmt: skip
+    typer.echo(
+        f"{'would upload' if dry_run else 'uploaded'} {len(files)} files, {sum(s for _, s in files):,} bytes "
+        f"to datasets/{repo_id}"
+    )

@@ -101,9 +101,13 @@ def create_app(
         }
         if uploader is not None:  # a store that is away is not a health problem: the spool holds the calls
             st = uploader.stats
-            body["upload"] = {"store": settings.store_url, "uploaded": st.uploaded,
-                              "pending": len(uploader.pending()), "failures": st.failures,
-                              "last_error": st.last_error}  # fmt: skip
+            body["upload"] = {
+                "store": settings.store_url,
+                "uploaded": st.uploaded,
+                "pending": len(uploader.pending()),
+                "failures": st.failures,
+                "last_error": st.last_error,
+            }
         return JSONResponse(body, status_code=200 if health.ok else 503)
 
     async def prom(request: Request) -> Response:

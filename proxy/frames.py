@@ -148,8 +148,15 @@ def _read_legacy(f: BinaryIO, pos: int, size: int) -> Frame | None:
         return None
     resp_at = pos + _LEGACY.size + hlen + qlen
     upstream = body[hlen + qlen + rlen :] if up_field & 1 else None
-    return Frame(pos, end, body[:hlen], body[hlen : hlen + qlen], body[hlen + qlen : hlen + qlen + rlen],
-                 (resp_at, rlen), upstream)  # fmt: skip
+    return Frame(
+        pos,
+        end,
+        body[:hlen],
+        body[hlen : hlen + qlen],
+        body[hlen + qlen : hlen + qlen + rlen],
+        (resp_at, rlen),
+        upstream,
+    )
 
 
 def _next_magic(f: BinaryIO, pos: int, size: int) -> int:

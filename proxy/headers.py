@@ -7,9 +7,18 @@ from pydantic import SecretStr
 from proxy.auth import KEY_HEADERS
 
 HOP_BY_HOP = {
-    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-    b"trailers", b"transfer-encoding", b"upgrade", b"host", b"content-length",
-}  # fmt: skip
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"trailers",
+    b"transfer-encoding",
+    b"upgrade",
+    b"host",
+    b"content-length",
+}
 _NOT_UP = HOP_BY_HOP | set(KEY_HEADERS) | {b"x-dflash-tag"}
 _REWRITE_DROP = {b"content-encoding", b"accept-encoding"}
 

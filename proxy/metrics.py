@@ -51,15 +51,18 @@ class ProxyMetrics:
 
     def _upload_gauges(self, up: Uploader) -> None:
         r = self.registry
-        Gauge("dflash_proxy_upload_parts", "Parts the store confirmed (then removed locally)", registry=r
-              ).set_function(lambda: up.stats.uploaded)  # fmt: skip
+        Gauge(
+            "dflash_proxy_upload_parts", "Parts the store confirmed (then removed locally)", registry=r
+        ).set_function(lambda: up.stats.uploaded)
         Gauge("dflash_proxy_upload_bytes", "Bytes the store confirmed", registry=r).set_function(
             lambda: up.stats.bytes
         )
-        Gauge("dflash_proxy_upload_failures", "Failed upload attempts (each retried)", registry=r
-              ).set_function(lambda: up.stats.failures)  # fmt: skip
-        Gauge("dflash_proxy_upload_pending", "Rolled parts waiting locally for the store", registry=r
-              ).set_function(lambda: len(up.pending()))  # fmt: skip
+        Gauge(
+            "dflash_proxy_upload_failures", "Failed upload attempts (each retried)", registry=r
+        ).set_function(lambda: up.stats.failures)
+        Gauge(
+            "dflash_proxy_upload_pending", "Rolled parts waiting locally for the store", registry=r
+        ).set_function(lambda: len(up.pending()))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

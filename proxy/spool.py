@@ -232,8 +232,11 @@ class SpoolWriter:
     def _space(self) -> Health:
         free = self._free()
         if free is not None and free < self._min_free:
-            return Health(False, f"cannot record calls: disk full ({free} bytes free in {self._dir}, "
-                                 f"needs {self._min_free})", free)  # fmt: skip
+            return Health(
+                False,
+                f"cannot record calls: disk full ({free} bytes free in {self._dir}, needs {self._min_free})",
+                free,
+            )
         return Health(True, None, free)
 
     def _open_segment(self) -> int:

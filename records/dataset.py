@@ -94,9 +94,18 @@ _PER_CALL = [
     pa.field("ids_redacted", pa.bool_()),
 ]
 _CALL_COLUMNS = (
-    "agent_session_id", "api", "model", "stream", "status_code", "outcome", "error", "finish_reason",
-    "response_json", "prompt_tokens", "completion_tokens",
-)  # fmt: skip
+    "agent_session_id",
+    "api",
+    "model",
+    "stream",
+    "status_code",
+    "outcome",
+    "error",
+    "finish_reason",
+    "response_json",
+    "prompt_tokens",
+    "completion_tokens",
+)
 _IN_TRAJECTORY = [
     pa.field("trajectory_id", pa.string()),
     pa.field("prompt_len", pa.int32()),

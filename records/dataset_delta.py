@@ -23,9 +23,13 @@ import pyarrow as pa
 DELTA_WINDOW = 1024  # what the writer used unless the file says otherwise
 DELTA_WINDOW_KEY = b"dflash.delta_window"
 DELTA_COLUMNS = (
-    "delta_ref", "prompt_ids_prefix_len", "prompt_ids_suffix",
-    "request_prefix_chars", "request_suffix_chars", "request_json_delta",
-)  # fmt: skip
+    "delta_ref",
+    "prompt_ids_prefix_len",
+    "prompt_ids_suffix",
+    "request_prefix_chars",
+    "request_suffix_chars",
+    "request_json_delta",
+)
 
 
 class _Window:

@@ -142,10 +142,17 @@ def try_(settings: TryOptions) -> None:
     client = _client()
     image = settings.image or build_agents(client, sandbox, log=_log)
     req = SessionRequest(
-        agent=settings.agent.value, repo=settings.repo.resolve(), commit=settings.commit, task=settings.task,
-        proxy_url=settings.proxy, image=image, model=settings.model, command=settings.command,
-        time_limit_s=settings.time_limit, settings=sandbox,
-    )  # fmt: skip
+        agent=settings.agent.value,
+        repo=settings.repo.resolve(),
+        commit=settings.commit,
+        task=settings.task,
+        proxy_url=settings.proxy,
+        image=image,
+        model=settings.model,
+        command=settings.command,
+        time_limit_s=settings.time_limit,
+        settings=sandbox,
+    )
     if settings.env:
         # The repository's environment image, test command and setup outcome (docs/sandboxes.md).
         prepared = prepare(

@@ -15,8 +15,14 @@ import httpx
 
 # Claude Code's first prompt, its tools rendered, is ≈ 12.5k SmolLM2 tokens (9k Codex, 8k OpenCode).
 MIN_CONTEXT = 16384
-_TOOL = {"type": "function", "function": {"name": "ping", "description": "Answer pong.",
-         "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}  # fmt: skip
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "ping",
+        "description": "Answer pong.",
+        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+    },
+}
 _MESSAGES = [{"role": "user", "content": "Say ok."}]
 
 
@@ -66,8 +72,14 @@ def check_target(url: str, client: httpx.Client | None = None) -> TargetCheck:
 
 
 def _check_tool_choice(http: httpx.Client, result: TargetCheck) -> None:
-    body = {"model": result.model, "messages": _MESSAGES, "tools": [_TOOL], "tool_choice": "auto",
-            "max_tokens": 1, "temperature": 0}  # fmt: skip
+    body = {
+        "model": result.model,
+        "messages": _MESSAGES,
+        "tools": [_TOOL],
+        "tool_choice": "auto",
+        "max_tokens": 1,
+        "temperature": 0,
+    }
     reply = http.post(f"{result.url}/v1/chat/completions", json=body)
     if reply.status_code >= 400:
         result.problems.append(

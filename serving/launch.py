@@ -45,8 +45,12 @@ def speculative_config(method: Method, draft: Path | None = None, tokens: int = 
     if method == "plain":
         return None
     if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": tokens,
-                "prompt_lookup_min": 2, "prompt_lookup_max": 4}  # fmt: skip
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": tokens,
+            "prompt_lookup_min": 2,
+            "prompt_lookup_max": 4,
+        }
     if method == "suffix":
         return {"method": "suffix", "num_speculative_tokens": tokens}
     if draft is None:
@@ -97,10 +101,24 @@ class VllmServer(BaseModel):
     def argv(self, model_path: str) -> list[str]:
         """The server's command line; `model_path` is what `model` resolved to (a folder or Hub name)."""
         template = self.chat_template or served_template(self.model)
-        argv = [str(python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
-                "--served-model-name", self.model_id(), "--host", self.host, "--port", str(self.port),
-                "--max-model-len", str(self.max_model_len), "--dtype", self.resolved_dtype(),
-                "--disable-uvicorn-access-log"]  # fmt: skip
+        argv = [
+            str(python()),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model_path,
+            "--served-model-name",
+            self.model_id(),
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--dtype",
+            self.resolved_dtype(),
+            "--disable-uvicorn-access-log",
+        ]
         argv.append("--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching")
         if self.tool_call_parser:
             argv += ["--enable-auto-tool-choice", "--tool-call-parser", self.tool_call_parser]

@@ -141,7 +141,10 @@ def test_no_test_asserts_a_wall_clock_upper_bound() -> None:
     found = []
     for path in sorted(TESTS.rglob("*.py")):
         found += upper_bounds(path.read_text(), str(path.relative_to(TESTS.parent)))
-    assert not found, "wall-clock upper bounds (assert the behaviour instead; see this module's docstring):\n" + "\n".join(found)  # fmt: skip
+    assert not found, (
+        "wall-clock upper bounds (assert the behaviour instead; see this module's docstring):\n"
+        + "\n".join(found)
+    )
 
 
 # What the check flags, each as the tests had it before issue 26, and what it leaves alone.

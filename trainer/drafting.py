@@ -131,9 +131,20 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
     model, opt, sched = acc.prepare(drafter, opt, sched)
     embed, head = shared_weights(target, acc.device)
     return Drafting(
-        model, opt, sched, dcfg, mask_id, how, drafter.target_layer_ids, micro_per_epoch, total_steps,
-        embed, head, cfg.drafter, cfg.head_weight,
-    )  # fmt: skip
+        model,
+        opt,
+        sched,
+        dcfg,
+        mask_id,
+        how,
+        drafter.target_layer_ids,
+        micro_per_epoch,
+        total_steps,
+        embed,
+        head,
+        cfg.drafter,
+        cfg.head_weight,
+    )
 
 
 def lr_lambda(total: int, warmup: int, min_ratio: float) -> Callable[[int], float]:

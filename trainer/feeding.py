@@ -108,9 +108,12 @@ def host_copy(step: PackedStep, pin: bool | None = None) -> PackedStep:
         return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)
 
     return dataclasses.replace(
-        step, taps=host(step.taps), input_ids=host(step.input_ids), loss_mask=host(step.loss_mask),
+        step,
+        taps=host(step.taps),
+        input_ids=host(step.input_ids),
+        loss_mask=host(step.loss_mask),
         layout=step.layout.map(host),
-    )  # fmt: skip
+    )
 
 
 def to_device(step: PackedStep, device: torch.device) -> PackedStep:
@@ -122,6 +125,9 @@ def to_device(step: PackedStep, device: torch.device) -> PackedStep:
         return t.to(device, non_blocking=True)
 
     return dataclasses.replace(
-        step, taps=dev(step.taps), input_ids=dev(step.input_ids), loss_mask=dev(step.loss_mask),
+        step,
+        taps=dev(step.taps),
+        input_ids=dev(step.input_ids),
+        loss_mask=dev(step.loss_mask),
         layout=step.layout.map(dev),
-    )  # fmt: skip
+    )

@@ -219,12 +219,13 @@ def _features_line(f: dict[str, Any]) -> str:
         verdict = f"FAILED: it accepts more on the {' and '.join(se['better_elsewhere'])} taps than its own"
     return (
         f"\n(c) the export as served vs the drafter as trained: relative distance {fi['relative_distance']} "
-        f"(≤ {fi['threshold']}) over {fi['blocks']} blocks" + (f", {declared}" if declared else "")
+        f"(≤ {fi['threshold']}) over {fi['blocks']} blocks"
+        + (f", {declared}" if declared else "")
         + f": {'ok' if fi['ok'] else 'FAILED'}"
         f"\n(d) teacher-forced acceptance length {tf['export']} on its taps {se['taps']}, {tf['scrambled']} "
         f"({ch['scrambled']:+.1%}) with every position given another's features ((b) sees over "
         f"{se['threshold']:.0%}); taps one layer {moved}: {verdict}"
-    )  # fmt: skip
+    )
 
 
 @settings_command(ParitySettings, exclude={"run"})

@@ -63,9 +63,14 @@ def gate_layers(tap_lists: list[list[int]], num_layers: int) -> list[int]:
 
 
 def _slots(
-    drafter: DFlashDraftModel, feats: dict[int, torch.Tensor], ids: torch.Tensor, mask: torch.Tensor,
-    embed: torch.Tensor, head: torch.Tensor, taps: list[int] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    drafter: DFlashDraftModel,
+    feats: dict[int, torch.Tensor],
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    embed: torch.Tensor,
+    head: torch.Tensor,
+    taps: list[int] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(slot states [A, S, H], accepted slots per block [A]) of `drafter` on one sequence, every block anchored
     at a generated token, fed the features of `taps` (default its own)."""
     layers = taps or list(drafter.target_layer_ids)

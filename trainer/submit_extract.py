@@ -49,12 +49,22 @@ def vllm_command(cfg: TrainConfig, ext: ExtractLaunch) -> list[str]:
         "kv_connector_extra_config": {"shared_storage_path": ext.storage},
     }
     return [
-        "vllm", "serve", ext.model, "--host", "0.0.0.0", "--port", str(ext.port),
-        "--tensor-parallel-size", str(ext.gpus), "--no-enable-chunked-prefill",
-        "--speculative-config", json.dumps(spec, separators=(",", ":")),
-        "--kv-transfer-config", json.dumps(kv, separators=(",", ":")),
+        "vllm",
+        "serve",
+        ext.model,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(ext.port),
+        "--tensor-parallel-size",
+        str(ext.gpus),
+        "--no-enable-chunked-prefill",
+        "--speculative-config",
+        json.dumps(spec, separators=(",", ":")),
+        "--kv-transfer-config",
+        json.dumps(kv, separators=(",", ":")),
         *ext.extra_args,
-    ]  # fmt: skip
+    ]
 
 
 def source_overrides(cfg: TrainConfig, ext: ExtractLaunch, host: str) -> list[str]:

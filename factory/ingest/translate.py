@@ -55,7 +55,7 @@ __all__ = [
     "translate_missing",
     "unmask",
     "validate",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,10 @@ class Translator:
         if want != got:
             lost = sorted(set(want) - set(got), key=int)
             raise TranslationRejected(
-                f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in lost[:5])}" if lost
+                f"placeholder(s) lost: {', '.join(f'⟦{i}⟧' for i in lost[:5])}"
+                if lost
                 else f"placeholder(s) invented or repeated: {', '.join(f'⟦{i}⟧' for i in sorted(got - want, key=int)[:5])}"
-            )  # fmt: skip
+            )
         return out.strip() + tail
 
     def translate_issue(self, title: str, body: str) -> Result:

@@ -40,9 +40,16 @@ class TranslationRejected(FactoryError, ValueError):
 
 # Languages an issue or an answer plausibly comes in; a small set keeps the detector fast and small.
 _LANGUAGES = (
-    Language.ENGLISH, Language.KOREAN, Language.CHINESE, Language.JAPANESE, Language.RUSSIAN,
-    Language.SPANISH, Language.GERMAN, Language.FRENCH, Language.PORTUGUESE,
-)  # fmt: skip
+    Language.ENGLISH,
+    Language.KOREAN,
+    Language.CHINESE,
+    Language.JAPANESE,
+    Language.RUSSIAN,
+    Language.SPANISH,
+    Language.GERMAN,
+    Language.FRENCH,
+    Language.PORTUGUESE,
+)
 
 
 @functools.cache

@@ -33,9 +33,14 @@ PUBLIC_CONSTANTS: tuple[str, ...] = ("noreply@anthropic.com",)
 # and the vendor detectors driven by a keyword (IBM, SoftLayer, Cloudant, Artifactory): they cost more than
 # all the others together and their `<vendor>_key = value` shape is the high-entropy assignment below.
 _SKIPPED_PLUGINS = {
-    "IPPublicDetector", "PrivateKeyDetector", "IbmCloudIamDetector", "IbmCosHmacDetector",
-    "SoftlayerDetector", "CloudantDetector", "ArtifactoryDetector",
-}  # fmt: skip
+    "IPPublicDetector",
+    "PrivateKeyDetector",
+    "IbmCloudIamDetector",
+    "IbmCosHmacDetector",
+    "SoftlayerDetector",
+    "CloudantDetector",
+    "ArtifactoryDetector",
+}
 
 # (kind, pattern, group to replace: 0 = whole match)
 PATTERNS: list[tuple[str, re.Pattern[str], int]] = [
@@ -76,17 +81,26 @@ PATTERNS: list[tuple[str, re.Pattern[str], int]] = [
 # A pattern runs only when one of its literals is in the text (a C substring search; Python's `re` does not
 # skip ahead to a literal behind `\b`). Lower-case literals are looked for in the lower-cased text.
 _NEEDS: dict[str, tuple[str, ...]] = {
-    "private_key": ("PRIVATE KEY-----",), "anthropic_key": ("sk-ant-",), "openai_key": ("sk-",),
+    "private_key": ("PRIVATE KEY-----",),
+    "anthropic_key": ("sk-ant-",),
+    "openai_key": ("sk-",),
     "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    "gitlab_token": ("glpat-", "gldt-", "glft-", "glrt-", "glsoat-"), "npm_token": ("npm_",),
-    "pypi_token": ("pypi-AgE",), "aws_access_key": ("AKIA", "ASIA"), "google_api_key": ("AIza",),
-    "slack_token": ("xox",), "huggingface_token": ("hf_",), "stripe_key": ("_live_", "_test_"),
-    "jwt": ("eyJ",), "url_password": ("://",),
-}  # fmt: skip
+    "gitlab_token": ("glpat-", "gldt-", "glft-", "glrt-", "glsoat-"),
+    "npm_token": ("npm_",),
+    "pypi_token": ("pypi-AgE",),
+    "aws_access_key": ("AKIA", "ASIA"),
+    "google_api_key": ("AIza",),
+    "slack_token": ("xox",),
+    "huggingface_token": ("hf_",),
+    "stripe_key": ("_live_", "_test_"),
+    "jwt": ("eyJ",),
+    "url_password": ("://",),
+}
 _NEEDS_LOWER: dict[str, tuple[str, ...]] = {
-    "aws_secret_key": ("aws",), "assigned_secret": ("key", "token", "secret", "passw"),
+    "aws_secret_key": ("aws",),
+    "assigned_secret": ("key", "token", "secret", "passw"),
     "high_entropy_assignment": ("key", "secret", "token", "passw", "pwd", "credential"),
-}  # fmt: skip
+}
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 
 # A long random-looking value assigned to a name that says it is secret (`DB_TOKEN = "…"`, `secret: …`).

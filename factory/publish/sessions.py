@@ -48,24 +48,47 @@ def session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any]
             title, body = issue.title, issue.body
             if sess.lang == "ko" and issue.id in ko:
                 title, body = ko[issue.id].title or title, ko[issue.id].body or body
-            task = build_task(lang=sess.lang, repo=repo.name, language=repo.language,
-                              setup_hint=repo.setup_hint, number=issue.number, title=title, body=body,
-                              test_command=repo.test_command)  # fmt: skip
+            task = build_task(
+                lang=sess.lang,
+                repo=repo.name,
+                language=repo.language,
+                setup_hint=repo.setup_hint,
+                number=issue.number,
+                title=title,
+                body=body,
+                test_command=repo.test_command,
+            )
             key = sess.proxy_session_id or attempt_id(sess.id, sess.attempts)
             out[key] = {
-                "session_id": sess.id, "repo": repo.name, "repo_language": repo.language,
-                "repo_license": repo.license, "issue_number": issue.number, "issue_url": issue.url,
-                "base_commit": issue.base_commit, "lang": sess.lang, "agent": sess.agent,
-                "agent_version": None, "target_model": None, "task": task, "outcome": _outcome(sess),
-                "exit_status": sess.exit_status, "error": sess.error,
-                "agent_session_id": sess.agent_session_id, "attempts": sess.attempts,
-                "duration_s": sess.duration_s, "started_at": _utc(sess.started_at),
-                "finished_at": _utc(sess.finished_at), "patch": sess.patch, "n_calls": 0,
-                "n_calls_exact_ids": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                "session_id": sess.id,
+                "repo": repo.name,
+                "repo_language": repo.language,
+                "repo_license": repo.license,
+                "issue_number": issue.number,
+                "issue_url": issue.url,
+                "base_commit": issue.base_commit,
+                "lang": sess.lang,
+                "agent": sess.agent,
+                "agent_version": None,
+                "target_model": None,
+                "task": task,
+                "outcome": _outcome(sess),
+                "exit_status": sess.exit_status,
+                "error": sess.error,
+                "agent_session_id": sess.agent_session_id,
+                "attempts": sess.attempts,
+                "duration_s": sess.duration_s,
+                "started_at": _utc(sess.started_at),
+                "finished_at": _utc(sess.finished_at),
+                "patch": sess.patch,
+                "n_calls": 0,
+                "n_calls_exact_ids": 0,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
                 "_done": sess.status == "done",
                 **test_columns(sess),
                 **fix_columns(issue),
-            }  # fmt: skip
+            }
     return out
 
 

@@ -163,10 +163,18 @@ class SessionTrajectories:
         chat = chat_columns([m.chat for m in t.members], [m.row for m in t.members])
         s = self.session
         traj = {
-            "trajectory_id": t.id, "session_id": s["session_id"], "repo": s["repo"], "lang": s["lang"],
-            "agent": s["agent"], "api": head.row.get("api"), "n_calls": len(t.members),
-            "call_ids": [m.row["call_id"] for m in t.members], "token_ids": tokens, "messages": final, **chat,
-        }  # fmt: skip
+            "trajectory_id": t.id,
+            "session_id": s["session_id"],
+            "repo": s["repo"],
+            "lang": s["lang"],
+            "agent": s["agent"],
+            "api": head.row.get("api"),
+            "n_calls": len(t.members),
+            "call_ids": [m.row["call_id"] for m in t.members],
+            "token_ids": tokens,
+            "messages": final,
+            **chat,
+        }
         calls = [m.row for m in t.members]  # in arrival order, as the session made them
         return Emitted(traj, calls)
 

@@ -21,9 +21,12 @@ class Writers:
     def __call__(self, config: str, split: str) -> ShardWriter:
         if (config, split) not in self.open:
             self.open[(config, split)] = ShardWriter(
-                self.root / "data" / config, split, SCHEMAS[config],
-                max_bytes=self.max_bytes, max_rows=self.max_rows,
-            )  # fmt: skip
+                self.root / "data" / config,
+                split,
+                SCHEMAS[config],
+                max_bytes=self.max_bytes,
+                max_rows=self.max_rows,
+            )
         return self.open[(config, split)]
 
     def emit(self, session: SessionTrajectories, split: str, stats: ExportStats, sources: Sources) -> None:

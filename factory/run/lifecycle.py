@@ -65,8 +65,11 @@ def _start_watcher(data_dir: Path, run_id: str) -> None:
     with (log_dir / "reaper.log").open("ab") as log:
         subprocess.Popen(
             [sys.executable, "-m", "factory", "reap", "--data-dir", str(data_dir), "--watch", run_id],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 @contextlib.contextmanager

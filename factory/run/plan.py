@@ -88,8 +88,12 @@ class PlanOptions(BaseModel):
         return v
 
     def plan_config(self) -> PlanConfig:
-        return PlanConfig(agents=parse_mix(self.agents, AGENTS), langs=parse_mix(self.langs, LANGS),
-                          seed=self.seed, require_fix=self.require_fix)  # fmt: skip
+        return PlanConfig(
+            agents=parse_mix(self.agents, AGENTS),
+            langs=parse_mix(self.langs, LANGS),
+            seed=self.seed,
+            require_fix=self.require_fix,
+        )
 
 
 def session_id(repo: str, number: int, lang: str, agent: str) -> str:

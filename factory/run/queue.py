@@ -257,10 +257,13 @@ def reclaim_dead_local(sessions: sessionmaker[OrmSession]) -> int:
         with sessions.begin() as s:
             s.execute(
                 update(Session)
-                .where(Session.id.in_([sid for sid, _ in dead]), Session.status == "running",
-                       Session.lease_owner.in_([owner for _, owner in dead]))
+                .where(
+                    Session.id.in_([sid for sid, _ in dead]),
+                    Session.status == "running",
+                    Session.lease_owner.in_([owner for _, owner in dead]),
+                )
                 .values(lease_expires_at=utcnow() - dt.timedelta(seconds=1))
-            )  # fmt: skip
+            )
     return len(dead)
 
 

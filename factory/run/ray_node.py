@@ -85,8 +85,9 @@ class NodeProxy:
 
     def _start(self, argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
         with (self.dir / "logs" / f"{name}.log").open("ab") as out:
-            return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=die_with_parent())  # fmt: skip
+            return subprocess.Popen(
+                argv, env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent()
+            )
 
     def address(self) -> str:
         return self.url
@@ -109,8 +110,13 @@ class NodeProxy:
             except subprocess.TimeoutExpired:
                 self.proxy.kill()
                 self.proxy.wait()
-        return {"node": self.node_id, "upstream_api": self.upstream_api, "exit": {"proxy": self.proxy.returncode},
-                "parts_left": self._parts_left(), "logs": self._upload_logs()}  # fmt: skip
+        return {
+            "node": self.node_id,
+            "upstream_api": self.upstream_api,
+            "exit": {"proxy": self.proxy.returncode},
+            "parts_left": self._parts_left(),
+            "logs": self._upload_logs(),
+        }
 
     def _parts_left(self) -> list[str]:
         calls = self.dir / "calls"
@@ -168,13 +174,15 @@ def _session_runner(opts: dict[str, Any]) -> SessionRunner:
             from factory.run.fake_runner import FakeSessionRunner
 
             log_path = Path(opts["fake_log"]) if opts.get("fake_log") else None
-            _RUNNERS[key] = FakeSessionRunner(calls=opts["fake_calls"], sleep_s=opts["fake_sleep_s"],
-                                              log_path=log_path, model=opts["model"])  # fmt: skip
+            _RUNNERS[key] = FakeSessionRunner(
+                calls=opts["fake_calls"], sleep_s=opts["fake_sleep_s"], log_path=log_path, model=opts["model"]
+            )
         else:
             from factory.run.sandbox_runner import SandboxSessionRunner
 
-            _RUNNERS[key] = SandboxSessionRunner(image=opts.get("image"), model=opts["model"],
-                                                 time_limit_s=opts.get("time_limit_s"))  # fmt: skip
+            _RUNNERS[key] = SandboxSessionRunner(
+                image=opts.get("image"), model=opts["model"], time_limit_s=opts.get("time_limit_s")
+            )
     return _RUNNERS[key]
 
 

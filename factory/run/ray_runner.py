@@ -138,9 +138,16 @@ class RaySessionRunner:
             slots = int(n.get("Resources", {}).get(SANDBOX_RESOURCE, 0))
             if not slots:
                 continue
-            rows.append({"node": n["NodeID"], "ip": n.get("NodeManagerAddress", "?"), "alive": n["Alive"],
-                         "slots": slots, "done": self.done_by_node.get(n["NodeID"], 0),
-                         "calls": self._calls(n["NodeID"]) if n["Alive"] else None})  # fmt: skip
+            rows.append(
+                {
+                    "node": n["NodeID"],
+                    "ip": n.get("NodeManagerAddress", "?"),
+                    "alive": n["Alive"],
+                    "slots": slots,
+                    "done": self.done_by_node.get(n["NodeID"], 0),
+                    "calls": self._calls(n["NodeID"]) if n["Alive"] else None,
+                }
+            )
         return rows
 
     def _calls(self, node_id: str) -> int | None:
@@ -155,8 +162,11 @@ class RaySessionRunner:
         those of an earlier driver of the same store started with other options included: a store is one
         run's home, and a killed driver's detached proxies would otherwise outlive it."""
         reports: list[dict[str, Any]] = []
-        names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                 if a.get("namespace") == ray_node.NAMESPACE and a["name"].startswith(self.opts.store_prefix())]  # fmt: skip
+        names = [
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a.get("namespace") == ray_node.NAMESPACE and a["name"].startswith(self.opts.store_prefix())
+        ]
         for name in sorted(names):
             try:
                 actor = ray.get_actor(name, namespace=ray_node.NAMESPACE)
@@ -185,8 +195,14 @@ class ClusterProgress(Progress):
         for col in ("node", "address", "state", "sandbox slots", "done here", "calls recorded"):
             nodes.add_column(col, justify="left" if col in ("node", "address", "state") else "right")
         for r in self.ray_runner.nodes():
-            nodes.add_row(r["node"][:12], r["ip"], "alive" if r["alive"] else "[red]dead[/]", str(r["slots"]),
-                          str(r["done"]), "–" if r["calls"] is None else f"{r['calls']:,}")  # fmt: skip
+            nodes.add_row(
+                r["node"][:12],
+                r["ip"],
+                "alive" if r["alive"] else "[red]dead[/]",
+                str(r["slots"]),
+                str(r["done"]),
+                "–" if r["calls"] is None else f"{r['calls']:,}",
+            )
         outer.add_row(nodes)
         return outer
 
@@ -195,9 +211,13 @@ class ClusterProgress(Progress):
         if self.plain:  # off a terminal: the node rows as plain lines too
             for r in self.ray_runner.nodes():
                 calls = "–" if r["calls"] is None else f"{r['calls']:,}"
-                self.console.print(f"node {r['node'][:12]} {r['ip']} {'alive' if r['alive'] else 'dead'}: "
-                                   f"{r['slots']} sandbox slots, {r['done']} done here, {calls} calls recorded",
-                                   soft_wrap=True, highlight=False, markup=False)  # fmt: skip
+                self.console.print(
+                    f"node {r['node'][:12]} {r['ip']} {'alive' if r['alive'] else 'dead'}: "
+                    f"{r['slots']} sandbox slots, {r['done']} done here, {calls} calls recorded",
+                    soft_wrap=True,
+                    highlight=False,
+                    markup=False,
+                )
 
 
 def run_cluster(
@@ -254,11 +274,25 @@ def run_on_cluster(
         raise ValueError("--store-url (DFLASH_STORE_URL) is required with --ray: where the nodes' calls land")
     if not upstream:
         raise ValueError("--upstream (TARGET_URL) is required with --ray: the target every node reaches")
-    opts = RayOptions(address=address, store_url=store_url, upstream=upstream, upstream_api=upstream_api,
-                      session_runner=runner, model=model, image=image, time_limit_s=time_limit_s)  # fmt: skip
+    opts = RayOptions(
+        address=address,
+        store_url=store_url,
+        upstream=upstream,
+        upstream_api=upstream_api,
+        session_runner=runner,
+        model=model,
+        image=image,
+        time_limit_s=time_limit_s,
+    )
     cfg = cfg.model_copy(update={"proxy_url": "ray://node-proxy"})
     stats, reports = run_cluster(
         sessions, opts, cfg, progress_kw={"console": console}, more_coming=more_coming
     )
-    return {"done": stats.done, "agent_failed": stats.agent_failed, "retries": stats.infra_retries,
-            "infra_failed": stats.infra_failed, "lost_leases": stats.lost_leases, **reports}  # fmt: skip
+    return {
+        "done": stats.done,
+        "agent_failed": stats.agent_failed,
+        "retries": stats.infra_retries,
+        "infra_failed": stats.infra_failed,
+        "lost_leases": stats.lost_leases,
+        **reports,
+    }

@@ -74,6 +74,13 @@ class RunOptions(EgressOption):
     wait: bool = Field(default=False, description="Keep polling while other workers hold sessions.")
 
     def config(self, proxy_url: str, data_dir: Path) -> RunConfig:
-        return RunConfig(proxy_url=proxy_url, data_dir=data_dir, concurrency=self.concurrency, limit=self.limit,
-                         lease_s=self.lease, max_attempts=self.max_attempts, backoff_s=self.backoff,
-                         wait_for_others=self.wait)  # fmt: skip
+        return RunConfig(
+            proxy_url=proxy_url,
+            data_dir=data_dir,
+            concurrency=self.concurrency,
+            limit=self.limit,
+            lease_s=self.lease,
+            max_attempts=self.max_attempts,
+            backoff_s=self.backoff,
+            wait_for_others=self.wait,
+        )

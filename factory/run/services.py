@@ -149,8 +149,16 @@ def _target(opts: ServiceOptions, console: Console, ledger: Ledger | None) -> tu
         argv = [sys.executable, "-m", "serving", "serve", *common, *opts.target_arg]
     else:
         console.print(f"[bold]target[/] starting the CPU stand-in ({opts.target_model}) on {url}")
-        argv = [sys.executable, "-m", "trainer", "serve-target", *common,
-                "--max-tokens-cap", str(opts.target_max_tokens), *opts.target_arg]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "trainer",
+            "serve-target",
+            *common,
+            "--max-tokens-cap",
+            str(opts.target_max_tokens),
+            *opts.target_arg,
+        ]
     svc = Service("target", argv, f"{url}/health", opts.data_dir / "logs", ledger)
     svc.start(timeout_s=900)
     return url, svc
@@ -197,8 +205,22 @@ def services(
         upstream_api = opts.proxy_upstream_api()
         calls = f"{store_url}/calls" if store_url else f"{opts.data_dir}/calls"
         console.print(f"[bold]proxy[/] {proxy} → {target} (upstream API: {upstream_api}), calls → {calls}")
-        argv = [sys.executable, "-m", "proxy", "serve", "--upstream", target, "--host", "127.0.0.1",
-                "--port", str(pport), "--data-dir", str(opts.data_dir), "--upstream-api", upstream_api]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "proxy",
+            "serve",
+            "--upstream",
+            target,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(pport),
+            "--data-dir",
+            str(opts.data_dir),
+            "--upstream-api",
+            upstream_api,
+        ]
         if not opts.target_url:  # a CPU decodes a few tokens a second: the agents' 32k limits are lowered
             argv += ["--max-tokens-cap", str(opts.target_max_tokens)]
         if store_url:

@@ -82,19 +82,36 @@ class RayCluster:
         log = self.root / f"{name}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [RAY, "start", "--block", "--disable-usage-stats", f"--object-store-memory={OBJECT_STORE_BYTES}",
-                 "--num-cpus=1", *args],
-                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **RAY_ENV, **env},
+                [
+                    RAY,
+                    "start",
+                    "--block",
+                    "--disable-usage-stats",
+                    f"--object-store-memory={OBJECT_STORE_BYTES}",
+                    "--num-cpus=1",
+                    *args,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **RAY_ENV, **env},
                 start_new_session=True,
-            )  # fmt: skip
+            )
         node = Node(proc, log)
         self.nodes.append(node)
         return node
 
     def start_head(self, sandboxes: int, env: dict[str, str] | None = None) -> Node:
-        return self._start("head", ["--head", f"--port={self.port}", "--include-dashboard=false",
-                                    f"--temp-dir={self.root / 'tmp'}",
-                                    f'--resources={{"sandbox": {sandboxes}}}'], env or {})  # fmt: skip
+        return self._start(
+            "head",
+            [
+                "--head",
+                f"--port={self.port}",
+                "--include-dashboard=false",
+                f"--temp-dir={self.root / 'tmp'}",
+                f'--resources={{"sandbox": {sandboxes}}}',
+            ],
+            env or {},
+        )
 
     def add_node(
         self, sandboxes: int, env: dict[str, str] | None = None, name: str = "node", **resources: int
@@ -115,8 +132,13 @@ class RayCluster:
             for n in self.nodes:
                 if n.proc.poll() is not None and n is self.nodes[0]:
                     raise RuntimeError(f"the head exited: {n.log.read_text()[-2000:]}")
-            r = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True, text=True,
-                               timeout=60, env={**os.environ, **RAY_ENV})  # fmt: skip
+            r = subprocess.run(
+                [sys.executable, "-c", code, self.address],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, **RAY_ENV},
+            )
             seen = (r.stdout.strip().splitlines() or ["?"])[-1]
             if seen == str(alive):
                 return

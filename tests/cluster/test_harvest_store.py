@@ -37,10 +37,32 @@ def test_single_host_harvest_lands_calls_and_transcripts_in_the_store(upstream: 
     data = tmp_path / "data"
     with local_s3() as s3:  # the AWS_* variables are in os.environ: the harvest and its proxy inherit them
         store = f"s3://{s3.new_bucket()}/single"
-        args = [sys.executable, "-m", "factory", "harvest", "--store-url", store, "--target-url", upstream,
-                "--runner", "fake", "--limit", "3", "--held-out", "0", "--data-dir", str(data)]  # fmt: skip
-        r = subprocess.run(args, cwd=REPO_ROOT, env={**os.environ, "DFLASH_FAKE_RUNNER_CALLS": "2"},
-                           capture_output=True, text=True, timeout=600)  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "factory",
+            "harvest",
+            "--store-url",
+            store,
+            "--target-url",
+            upstream,
+            "--runner",
+            "fake",
+            "--limit",
+            "3",
+            "--held-out",
+            "0",
+            "--data-dir",
+            str(data),
+        ]
+        r = subprocess.run(
+            args,
+            cwd=REPO_ROOT,
+            env={**os.environ, "DFLASH_FAKE_RUNNER_CALLS": "2"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         (tmp_path / "harvest.log").write_text(r.stderr)  # for a failure's post-mortem
         assert r.returncode == 0, r.stderr[-4000:]
         calls = Counter(read_table(store, ["session_id"]).column("session_id").to_pylist())

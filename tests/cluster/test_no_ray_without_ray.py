@@ -28,7 +28,10 @@ def test_nothing_of_ray_or_s3fs_is_imported_without_ray() -> None:
 def test_run_with_ray_names_the_missing_option() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "factory", "run", "--ray", "127.0.0.1:1", "--upstream", "http://127.0.0.1:9"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert "--store-url" in r.stderr

@@ -66,8 +66,14 @@ ray.kill(actor)
 
 
 def _driver(code: str, *args: str) -> str:
-    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                       timeout=240, env={**os.environ, **RAY_ENV})  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **RAY_ENV},
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     # Ray prints its own warnings on stdout too ("raylet has lagging heartbeats" on a busy machine): the
     # driver's answer is the line it marks, wherever it falls.
@@ -100,8 +106,9 @@ def test_a_returning_node_reaps_the_sandboxes_of_its_dead_workers(
     cluster.wait_nodes(2)
     orphan = _driver(MAKE, cluster.address, image)
     # A container of a live owner (this test process) on the same engine: the reap must leave it alone.
-    alive = docker_client.containers.run(image, ["sleep", "600"], detach=True,
-                                         labels=L.labels("ray-comeback-test", "s-alive"))  # fmt: skip
+    alive = docker_client.containers.run(
+        image, ["sleep", "600"], detach=True, labels=L.labels("ray-comeback-test", "s-alive")
+    )
     try:
         doomed.kill()  # the host dies mid-session: its worker is gone, its sandbox keeps running
         cluster.nodes.remove(doomed)

@@ -49,8 +49,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     root = tmp_path_factory.mktemp("cluster")
     with local_s3() as s3:  # the AWS_* variables are now in os.environ: the Ray nodes inherit them
         port = free_port()
-        up = subprocess.Popen([sys.executable, "-m", "tests.fakes.scripted_upstream", "--port", str(port)],
-                              cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        up = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakes.scripted_upstream", "--port", str(port)],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         cluster = RayCluster(root)
         try:
             cluster.start_head(sandboxes=2)
@@ -86,11 +90,35 @@ def _driver(
         "DFLASH_RAY_UPLOAD_POLL_S": "0.5",
         "DFLASH_RAY_UPLOAD_BACKOFF_MAX_S": "2",
     }
-    args = [sys.executable, "-m", "factory", "run", "--ray", env.cluster.address, "--store-url", store,
-            "--upstream", env.upstream, "--runner", "fake", "--model", "scripted", "--backoff", "0.2",
-            "--data-dir", str(data), *(["--limit", str(limit)] if limit is not None else [])]  # fmt: skip
-    return subprocess.Popen(args, cwd=REPO_ROOT, env={**os.environ, **RAY_ENV, **node_env}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "factory",
+        "run",
+        "--ray",
+        env.cluster.address,
+        "--store-url",
+        store,
+        "--upstream",
+        env.upstream,
+        "--runner",
+        "fake",
+        "--model",
+        "scripted",
+        "--backoff",
+        "0.2",
+        "--data-dir",
+        str(data),
+        *(["--limit", str(limit)] if limit is not None else []),
+    ]
+    return subprocess.Popen(
+        args,
+        cwd=REPO_ROOT,
+        env={**os.environ, **RAY_ENV, **node_env},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _summary(proc: subprocess.Popen[str], timeout: float = 240) -> dict[str, object]:
@@ -271,13 +299,41 @@ def test_harvest_with_ray_exports_from_the_bucket(env: Env, tmp_path: Path) -> N
     env.cluster.wait_nodes(2)
     data = tmp_path / "data"
     store = f"s3://{env.s3.new_bucket()}/harvest"
-    node_env = {"DFLASH_RAY_NODE_DIR": str(env.root / "node"), "DFLASH_RAY_SEGMENT_MAX_AGE_S": "1",
-                "DFLASH_RAY_UPLOAD_POLL_S": "0.5"}  # fmt: skip
-    args = [sys.executable, "-m", "factory", "harvest", "--ray", env.cluster.address, "--store-url", store,
-            "--target-url", env.upstream, "--upstream-api", "chat", "--runner", "fake", "--limit", "4",
-            "--held-out", "0", "--data-dir", str(data)]  # fmt: skip
-    r = subprocess.run(args, cwd=REPO_ROOT, env={**os.environ, **RAY_ENV, **node_env}, capture_output=True, text=True,
-                       timeout=300)  # fmt: skip
+    node_env = {
+        "DFLASH_RAY_NODE_DIR": str(env.root / "node"),
+        "DFLASH_RAY_SEGMENT_MAX_AGE_S": "1",
+        "DFLASH_RAY_UPLOAD_POLL_S": "0.5",
+    }
+    args = [
+        sys.executable,
+        "-m",
+        "factory",
+        "harvest",
+        "--ray",
+        env.cluster.address,
+        "--store-url",
+        store,
+        "--target-url",
+        env.upstream,
+        "--upstream-api",
+        "chat",
+        "--runner",
+        "fake",
+        "--limit",
+        "4",
+        "--held-out",
+        "0",
+        "--data-dir",
+        str(data),
+    ]
+    r = subprocess.run(
+        args,
+        cwd=REPO_ROOT,
+        env={**os.environ, **RAY_ENV, **node_env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     (tmp_path / "harvest.log").write_text(r.stderr)  # for a failure's post-mortem
     calls = _calls_by_attempt(store)

@@ -72,8 +72,12 @@ def scripted_upstream() -> Iterator[str]:
 
     port = free_port()
     root = Path(__file__).resolve().parents[2]
-    p = subprocess.Popen([sys.executable, "-m", "tests.fakes.scripted_upstream", "--port", str(port)], cwd=root,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.scripted_upstream", "--port", str(port)],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:

@@ -25,10 +25,30 @@ def harvest(data: Path, *args: str, env: dict[str, str] | None = None) -> subpro
     """A harvest in a session of its own, so the test can kill its whole process group."""
     full = {k: v for k, v in os.environ.items() if k not in ("TARGET_URL", "GITHUB_TOKEN", "DFLASH_DB_URL")}
     full |= {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
-    argv = [sys.executable, "-m", "factory", "harvest", "--data-dir", str(data), "--limit", "1",
-            "--concurrency", "1", "--held-out", "0", *args]  # fmt: skip
-    return subprocess.Popen(argv, cwd=ROOT, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "factory",
+        "harvest",
+        "--data-dir",
+        str(data),
+        "--limit",
+        "1",
+        "--concurrency",
+        "1",
+        "--held-out",
+        "0",
+        *args,
+    ]
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120.0) -> object:

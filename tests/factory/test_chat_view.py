@@ -28,28 +28,40 @@ API = {
     "/v1/chat/completions": "openai_chat",
 }
 REPLY = {
-    "anthropic_messages": {"content": [{"type": "text", "text": "Looking."}, {"type": "tool_use", "id": "toolu_1",
-                           "name": "Bash", "input": {"command": "ls"}}], "role": "assistant"},
+    "anthropic_messages": {
+        "content": [
+            {"type": "text", "text": "Looking."},
+            {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+        ],
+        "role": "assistant",
+    },
     "openai_chat": {"choices": [{"message": {"role": "assistant", "content": "Looking."}}]},
-}  # fmt: skip
+}
 
 
 def served(tok, chat: dict) -> list[int]:
     """The prompt ids a server makes of a Chat body: vLLM's normalisation, the template, no special tokens."""
     text = tok.apply_chat_template(
-        [normalize_message(m) for m in chat["messages"]], tools=chat.get("tools") or None,
-        add_generation_prompt=True, tokenize=False,
-    )  # fmt: skip
+        [normalize_message(m) for m in chat["messages"]],
+        tools=chat.get("tools") or None,
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
 def rows(tok, done) -> tuple[list[dict], dict[str, dict]]:
     out, chats = [], {}
     for n, (cap, agent) in enumerate(
-        (c, a) for c, a in (("claude-code", "claude-code"), ("codex", "codex"), ("opencode", "opencode"),
-                            ("opencode-anthropic", "opencode"))
+        (c, a)
+        for c, a in (
+            ("claude-code", "claude-code"),
+            ("codex", "codex"),
+            ("opencode", "opencode"),
+            ("opencode-anthropic", "opencode"),
+        )
         for _ in [0]
-    ):  # fmt: skip
+    ):
         sess = next(s for s in done if s.agent == agent and (cap != "opencode-anthropic" or s.lang == "ko"))
         for k, f in enumerate(sorted(p.name for p in (AGENTS / cap).glob("*_request.json"))):
             body, api = capture(cap, f)["body"], API[capture(cap, f)["path"]]
@@ -57,15 +69,31 @@ def rows(tok, done) -> tuple[list[dict], dict[str, dict]]:
             t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=100 * n + k)
             cid = f"{sess.proxy_session_id}-{n}{k}"
             chats[cid] = chat
-            out.append({
-                "call_id": cid, "session_id": sess.proxy_session_id, "agent": agent, "api": api,
-                "method": "POST", "path": "/v1/x", "model": "qwen-target", "stream": False, "status_code": 200,
-                "outcome": "ok", "request_json": json.dumps(body), "translated": api != "openai_chat",
-                "upstream_request_json": None if api == "openai_chat" else json.dumps(chat),
-                "response_json": json.dumps(REPLY.get(api, {"output": []})), "started_at": t, "finished_at": t,
-                "prompt_token_ids": served(tok, chat), "completion_token_ids": [9, 9], "prompt_tokens": None,
-                "completion_tokens": 2, "token_ids_source": "upstream",
-            })  # fmt: skip
+            out.append(
+                {
+                    "call_id": cid,
+                    "session_id": sess.proxy_session_id,
+                    "agent": agent,
+                    "api": api,
+                    "method": "POST",
+                    "path": "/v1/x",
+                    "model": "qwen-target",
+                    "stream": False,
+                    "status_code": 200,
+                    "outcome": "ok",
+                    "request_json": json.dumps(body),
+                    "translated": api != "openai_chat",
+                    "upstream_request_json": None if api == "openai_chat" else json.dumps(chat),
+                    "response_json": json.dumps(REPLY.get(api, {"output": []})),
+                    "started_at": t,
+                    "finished_at": t,
+                    "prompt_token_ids": served(tok, chat),
+                    "completion_token_ids": [9, 9],
+                    "prompt_tokens": None,
+                    "completion_tokens": 2,
+                    "token_ids_source": "upstream",
+                }
+            )
     out[-1]["prompt_token_ids"] = [*out[-1]["prompt_token_ids"], 0]  # ids the view does not give back
     return out, chats
 
@@ -100,5 +128,7 @@ def test_the_chat_view_is_typed_and_renders_to_the_recorded_ids(tmp_path) -> Non
         ]
     claude = [c for c in got if c["agent"] == "claude-code"]
     assert all(c["chat_reply"]["tool_calls"][0]["function"]["name"] == "Bash" for c in claude)
-    assert all(json.loads(c["chat_reply"]["tool_calls"][0]["function"]["arguments"]) == {"command": "ls"}
-               for c in claude)  # fmt: skip
+    assert all(
+        json.loads(c["chat_reply"]["tool_calls"][0]["function"]["arguments"]) == {"command": "ls"}
+        for c in claude
+    )

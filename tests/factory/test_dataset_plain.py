@@ -32,16 +32,28 @@ def _row(sid: str, n: int, body: dict | None, prompt, completion, api: str = "an
     t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=10 * n)
     ok = completion is not None
     return {
-        "call_id": f"{sid}-{n:03d}", "session_id": sid, "agent": "claude-code", "user_agent": "claude-cli/2.1.332",
-        "api": api, "method": "POST" if body else "GET", "path": "/v1/messages", "model": "target",
-        "stream": True, "status_code": 200 if ok else 502, "outcome": "ok" if ok else "upstream_error",
-        "request_json": None if body is None else json.dumps(body), "response_json": json.dumps({"id": f"{sid}-{n}"}),
-        "started_at": t, "first_byte_at": t, "finished_at": t,
+        "call_id": f"{sid}-{n:03d}",
+        "session_id": sid,
+        "agent": "claude-code",
+        "user_agent": "claude-cli/2.1.332",
+        "api": api,
+        "method": "POST" if body else "GET",
+        "path": "/v1/messages",
+        "model": "target",
+        "stream": True,
+        "status_code": 200 if ok else 502,
+        "outcome": "ok" if ok else "upstream_error",
+        "request_json": None if body is None else json.dumps(body),
+        "response_json": json.dumps({"id": f"{sid}-{n}"}),
+        "started_at": t,
+        "first_byte_at": t,
+        "finished_at": t,
         "prompt_token_ids": None if prompt is None else list(prompt),
         "completion_token_ids": None if completion is None else list(completion),
-        "prompt_tokens": None if prompt is None else len(prompt), "completion_tokens": len(completion) if ok else None,
+        "prompt_tokens": None if prompt is None else len(prompt),
+        "completion_tokens": len(completion) if ok else None,
         "token_ids_source": "upstream" if prompt is not None else None,
-    }  # fmt: skip
+    }
 
 
 def agent_session(sid: str, turns: int, seed: int, field: str = "messages") -> list[dict]:
@@ -62,8 +74,13 @@ def agent_session(sid: str, turns: int, seed: int, field: str = "messages") -> l
         ids += rng.integers(0, 150_000, 80).tolist()
         prompt = [*ids, GEN]
         completion = rng.integers(0, 150_000, 20).tolist()
-        body = {"model": "target", "system": f"You are a coding agent ({sid}).", "tools": [{"name": "bash"}] * 5,
-                field: copy.deepcopy(msgs), "max_tokens": 64}  # fmt: skip
+        body = {
+            "model": "target",
+            "system": f"You are a coding agent ({sid}).",
+            "tools": [{"name": "bash"}] * 5,
+            field: copy.deepcopy(msgs),
+            "max_tokens": 64,
+        }
         rows.append(
             _row(
                 sid,
@@ -118,9 +135,15 @@ def fresh_cache(monkeypatch, tmp_path) -> None:
 
 def snippets(card: str) -> dict[str, str]:
     blocks = re.findall(r"```python\n(.*?)```", card, re.S)
-    return {name: next(b for b in blocks if key in b) for name, key in
-            (("datasets", "load_dataset"), ("pandas", "import pandas"), ("duckdb", "import duckdb"),
-             ("sft", "apply_chat_template"))}  # fmt: skip
+    return {
+        name: next(b for b in blocks if key in b)
+        for name, key in (
+            ("datasets", "load_dataset"),
+            ("pandas", "import pandas"),
+            ("duckdb", "import duckdb"),
+            ("sft", "apply_chat_template"),
+        )
+    }
 
 
 def local(snippet: str, out) -> str:

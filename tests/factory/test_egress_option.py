@@ -56,12 +56,26 @@ def built_runners(monkeypatch: pytest.MonkeyPatch) -> list[SandboxSessionRunner]
 
 @pytest.mark.docker
 def test_run_builds_its_sandboxes_with_the_egress_option(  # type: ignore[no-untyped-def]
-    docker_client, agents_image: str, tmp_path: Path, built_runners: list[SandboxSessionRunner],
+    docker_client,
+    agents_image: str,
+    tmp_path: Path,
+    built_runners: list[SandboxSessionRunner],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setenv("DFLASH_SANDBOX_EGRESS", "none")
-    base = ["run", "--data-dir", str(tmp_path), "--proxy-url", "http://127.0.0.1:9", "--runner", "sandbox",
-            "--image", agents_image, "--limit", "0"]  # fmt: skip
+    base = [
+        "run",
+        "--data-dir",
+        str(tmp_path),
+        "--proxy-url",
+        "http://127.0.0.1:9",
+        "--runner",
+        "sandbox",
+        "--image",
+        agents_image,
+        "--limit",
+        "0",
+    ]
     r = CliRunner().invoke(app, [*base, "--egress", "registries"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, base)  # unset: the environment's policy

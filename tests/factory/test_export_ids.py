@@ -75,16 +75,28 @@ def proxy_call(tok, session: str, n: int, capture: dict, completion: str = "done
     headers = dict(capture["headers"])
     body = capture["body"]
     return {
-        "call_id": f"{session}-{n:03d}", "session_id": session, "agent": "other",
-        "user_agent": headers.get("user-agent"), "api": "x", "method": "POST", "path": capture["path"],
-        "model": "qwen-target", "stream": True, "status_code": 200, "outcome": "ok",
+        "call_id": f"{session}-{n:03d}",
+        "session_id": session,
+        "agent": "other",
+        "user_agent": headers.get("user-agent"),
+        "api": "x",
+        "method": "POST",
+        "path": capture["path"],
+        "model": "qwen-target",
+        "stream": True,
+        "status_code": 200,
+        "outcome": "ok",
         "request_json": json.dumps(body, ensure_ascii=False),
-        "response_json": json.dumps({"text": completion}), "started_at": t,
-        "first_byte_at": t + dt.timedelta(milliseconds=250), "finished_at": t + dt.timedelta(seconds=1),
+        "response_json": json.dumps({"text": completion}),
+        "started_at": t,
+        "first_byte_at": t + dt.timedelta(milliseconds=250),
+        "finished_at": t + dt.timedelta(seconds=1),
         "prompt_token_ids": tok.encode(render(body), add_special_tokens=False),
         "completion_token_ids": tok.encode(completion, add_special_tokens=False),
-        "prompt_tokens": 1, "completion_tokens": 1, "token_ids_source": "upstream",
-    }  # fmt: skip
+        "prompt_tokens": 1,
+        "completion_tokens": 1,
+        "token_ids_source": "upstream",
+    }
 
 
 def finished_sessions(tmp_path: Path, repos: int = 1):
@@ -144,7 +156,9 @@ def test_every_captured_agent_call_keeps_its_exact_ids(tmp_path, tok):
     assert all("noreply@anthropic.com" in r["request_json"] for r in claude)
     assert {r["agent_version"] for r in claude} == {"2.1.332"}
     assert {(r["user_agent_product"], r["agent_version"]) for r in got.values()} >= {
-        ("codex_exec", "0.171.0"), ("opencode", "1.18.33")}  # fmt: skip
+        ("codex_exec", "0.171.0"),
+        ("opencode", "1.18.33"),
+    }
     assert all(r["first_byte_latency_ms"] == 250.0 for r in got.values())
     card = (tmp_path / "ds" / "README.md").read_text()
     assert "100.0% of the" in card

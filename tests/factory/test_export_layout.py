@@ -26,19 +26,36 @@ def session_calls(session: str, turns: int, seed: int, start: int = 0) -> list[d
     for t in range(turns):
         history += rng.integers(0, 150_000, int(rng.integers(50, 400))).tolist()
         stamp = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=start + 10 * t)
-        out.append({
-            "call_id": f"{session}-{t:03d}", "session_id": session, "agent": "opencode",
-            "user_agent": "opencode/1.18.33 ai-sdk/provider-utils/4.0.23", "api": "openai_chat",
-            "method": "POST", "path": "/v1/chat/completions", "model": "target", "stream": True,
-            "status_code": 200, "outcome": "ok",
-            "request_json": json.dumps(
-                    {"messages": [f"{session} turn {i}: " + "edit the file " * 30 for i in range(t + 1)], "tools": ["bash"] * 40}
+        out.append(
+            {
+                "call_id": f"{session}-{t:03d}",
+                "session_id": session,
+                "agent": "opencode",
+                "user_agent": "opencode/1.18.33 ai-sdk/provider-utils/4.0.23",
+                "api": "openai_chat",
+                "method": "POST",
+                "path": "/v1/chat/completions",
+                "model": "target",
+                "stream": True,
+                "status_code": 200,
+                "outcome": "ok",
+                "request_json": json.dumps(
+                    {
+                        "messages": [f"{session} turn {i}: " + "edit the file " * 30 for i in range(t + 1)],
+                        "tools": ["bash"] * 40,
+                    }
                 ),
-            "response_json": json.dumps({"choices": [{"message": {"content": f"reply {t}"}}]}),
-            "started_at": stamp, "first_byte_at": stamp, "finished_at": stamp,
-            "prompt_token_ids": list(history), "completion_token_ids": rng.integers(0, 150_000, 20).tolist(),
-            "prompt_tokens": len(history), "completion_tokens": 20, "token_ids_source": "upstream",
-        })  # fmt: skip
+                "response_json": json.dumps({"choices": [{"message": {"content": f"reply {t}"}}]}),
+                "started_at": stamp,
+                "first_byte_at": stamp,
+                "finished_at": stamp,
+                "prompt_token_ids": list(history),
+                "completion_token_ids": rng.integers(0, 150_000, 20).tolist(),
+                "prompt_tokens": len(history),
+                "completion_tokens": 20,
+                "token_ids_source": "upstream",
+            }
+        )
         history += out[-1]["completion_token_ids"]
     return out
 

@@ -80,8 +80,11 @@ def _harvest(data: Path, env: dict[str, str], tmp_path: Path) -> None:
     # real model calls, recorded by the proxy, from all three agents and in both languages
     assert {c["agent"] for c in crows} == {"claude-code", "codex", "opencode"}
     assert {c["lang"] for c in crows} == {"en", "ko"}
-    assert all(c["request_json"] and c["api"] in ("anthropic_messages", "openai_responses", "openai_chat",
-                                                   "anthropic_count_tokens") for c in crows)  # fmt: skip
+    assert all(
+        c["request_json"]
+        and c["api"] in ("anthropic_messages", "openai_responses", "openai_chat", "anthropic_count_tokens")
+        for c in crows
+    )
     assert {c["client_agent"] for c in crows} >= {"claude-code", "codex", "opencode"}
     assert any("이슈" in c["request_json"] for c in crows if c["lang"] == "ko")
     assert (out / "README.md").read_text().count(
@@ -158,10 +161,20 @@ def _bench(data: Path, env: dict[str, str], runs: Path) -> None:
     """`make bench` on the run `make train` just made: vLLM servers plain, ngram, suffix and with the export,
     the held-out calls replayed, MAL from vLLM's own counters."""
     r = subprocess.run(
-        ["make", "--no-print-directory", "bench", f"DATA_DIR={data}", f"RUNS_DIR={runs}",
-         "BENCH_ARGS=--calls 4 --concurrency 1 --decode-tokens 16"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600,
-    )  # fmt: skip
+        [
+            "make",
+            "--no-print-directory",
+            "bench",
+            f"DATA_DIR={data}",
+            f"RUNS_DIR={runs}",
+            "BENCH_ARGS=--calls 4 --concurrency 1 --decode-tokens 16",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert r.returncode == 0, (r.stdout[-4000:], r.stderr[-4000:])
     report = json.loads(((runs / "latest").resolve() / "replay" / "report.json").read_text())
     assert list(report["endpoints"]) == ["plain", "ngram", "suffix", "dflash"]

@@ -39,8 +39,12 @@ time.sleep(300)
 
 
 def start_run(data: Path, name: str, lock: bool = True) -> tuple[subprocess.Popen[str], int]:
-    p = subprocess.Popen([sys.executable, "-c", RUN, str(data), "lock" if lock else "-", name],
-                         stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-c", RUN, str(data), "lock" if lock else "-", name],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     assert p.stdout is not None
     return p, int(p.stdout.readline())
 

@@ -25,9 +25,18 @@ def test_harvest_with_scripted_sessions(tmp_path, scripted_upstream, monkeypatch
     with sessions.begin() as s:  # one issue without a Korean version: the harvest must translate it
         repo = s.scalar(select(Repo).where(Repo.name == "dflash-sample/textkit"))
         base = s.scalar(select(Issue.base_commit).where(Issue.repo_id == repo.id))
-        s.add(Issue(repo_id=repo.id, number=99, title="truncate() cuts words", body="When I call `truncate(text, 10)` "
-                    "the last word is cut in the middle and the ellipsis is placed after it.",
-                    created_at="2024-05-01T00:00:00Z", updated_at="2024-05-01T00:00:00Z", base_commit=base))  # fmt: skip
+        s.add(
+            Issue(
+                repo_id=repo.id,
+                number=99,
+                title="truncate() cuts words",
+                body="When I call `truncate(text, 10)` "
+                "the last word is cut in the middle and the ellipsis is placed after it.",
+                created_at="2024-05-01T00:00:00Z",
+                updated_at="2024-05-01T00:00:00Z",
+                base_commit=base,
+            )
+        )
 
     opts = HarvestOptions(
         data_dir=data, target_url=scripted_upstream, runner="fake", limit=6, concurrency=2, held_out=0.0

@@ -37,9 +37,12 @@ def test_sessions_planned_during_the_run_are_run(tmp_path, sqlite_url):
 
     worker = threading.Thread(target=translate_then_plan)
     worker.start()
-    runner = Runner(sessions, FakeSessionRunner(sleep_s=0.05),
-                    RunConfig(proxy_url="http://127.0.0.1:9", data_dir=tmp_path, concurrency=2, poll_s=0.1),
-                    more_coming=translating.is_set)  # fmt: skip
+    runner = Runner(
+        sessions,
+        FakeSessionRunner(sleep_s=0.05),
+        RunConfig(proxy_url="http://127.0.0.1:9", data_dir=tmp_path, concurrency=2, poll_s=0.1),
+        more_coming=translating.is_set,
+    )
     stats = runner.run()
     worker.join()
     with sessions() as s:

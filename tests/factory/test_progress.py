@@ -134,8 +134,26 @@ def test_run_command_options_come_from_the_run_config(tmp_path, monkeypatch):
     plan(sessions, PlanConfig(seed=0))
     monkeypatch.setenv("DFLASH_FAKE_RUNNER_CALLS", "0")  # no proxy in this test
     cli = CliRunner()
-    r = cli.invoke(app, ["run", "--proxy-url", "http://127.0.0.1:9", "--data-dir", str(data), "--runner", "fake",
-                         "--limit", "2", "--concurrency", "1", "--lease", "30", "--backoff", "0"])  # fmt: skip
+    r = cli.invoke(
+        app,
+        [
+            "run",
+            "--proxy-url",
+            "http://127.0.0.1:9",
+            "--data-dir",
+            str(data),
+            "--runner",
+            "fake",
+            "--limit",
+            "2",
+            "--concurrency",
+            "1",
+            "--lease",
+            "30",
+            "--backoff",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "sessions: 2 done" in r.output
     assert sum("attempt 1: done (exit 0)" in line for line in r.output.splitlines()) == 2

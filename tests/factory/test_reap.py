@@ -49,8 +49,16 @@ def test_killed_harvest_is_reaped_and_its_session_completes_once(tmp_path, scrip
     # harvest's group misses it: the parent-death signal ends it.
     wait_for("the first run's proxy to end", lambda: all_gone(services), timeout_s=30)
 
-    summary = finish(harvest(data, "--target-url", scripted_upstream, "--runner", "fake",
-                             env={"DFLASH_FAKE_RUNNER_LOG_PATH": str(log)}))  # fmt: skip
+    summary = finish(
+        harvest(
+            data,
+            "--target-url",
+            scripted_upstream,
+            "--runner",
+            "fake",
+            env={"DFLASH_FAKE_RUNNER_LOG_PATH": str(log)},
+        )
+    )
     assert summary["run"] == {"done": 1, "agent_failed": 0, "infra_failed": 0, "retries": 0}
     events = [line for line in log.read_text().splitlines()]
     assert sum('"start"' in e for e in events) == 2  # attempt 1 (killed) and attempt 2

@@ -16,10 +16,13 @@ from .helpers import git_repo
 def commit(path, name: str) -> str:
     (path / name).write_text(name)
     subprocess.run(["git", "-C", str(path), "add", "."], check=True)
-    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@e.x", "commit", "-qm", name],
-                   check=True)  # fmt: skip
-    return subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@e.x", "commit", "-qm", name],
+        check=True,
+    )
+    return subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_local_repository_is_used_in_place(tmp_path):

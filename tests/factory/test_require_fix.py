@@ -44,11 +44,17 @@ def _harvested(tmp_path: Path, db_url: str) -> None:
                     2: [{"event": "closed", "commit_id": "c" * 40}],
                     3: [{"event": "closed", "commit_id": None}],
                 },
-                pulls={12: {"number": 12, "html_url": "https://github.com/o/r/pull/12", "merge_commit_sha": "m" * 40}},
+                pulls={
+                    12: {
+                        "number": 12,
+                        "html_url": "https://github.com/o/r/pull/12",
+                        "merge_commit_sha": "m" * 40,
+                    }
+                },
                 pull_files={12: ["src/x.py", "tests/test_x.py"]},
                 commit_files={"c" * 40: ["src/y.py"]},
             )
-        )  # fmt: skip
+        )
         sessions = session_factory(connect(db_url))
         reg = parse({"repos": [{"name": "o/r", "language": "Python", "license": "MIT"}]})
         with GitHubClient("tok", base_url=fake.url, sleep=lambda _s: None) as c:

@@ -57,14 +57,16 @@ def test_sample_sessions_run_in_environment_images_and_export_their_tests(  # ty
             assert str(setup.get("image")).startswith(f"{runner.settings.image_repo}-env:"), setup
     finally:
         for repo in sample.load():  # this test's images only (an image in use is skipped)
-            gc_env_images(docker_client, runner.settings.model_copy(update={"env_budget_gb": 1e-6}),
-                          repo_id=repo.name)  # fmt: skip
+            gc_env_images(
+                docker_client, runner.settings.model_copy(update={"env_budget_gb": 1e-6}), repo_id=repo.name
+            )
 
     export(sessions, data, data / "dataset", held_out=0)
     exported = [
-        row for f in sorted((data / "dataset" / "data" / "sessions").rglob("*.parquet"))
+        row
+        for f in sorted((data / "dataset" / "data" / "sessions").rglob("*.parquet"))
         for row in pq.read_table(f).to_pylist()
-    ]  # fmt: skip
+    ]
     tests = {s.name: s.test for s in sample.load()}
     assert len(exported) == len(rows)
     for row in exported:

@@ -48,8 +48,15 @@ def test_public_constants_and_ordinary_identifiers_are_not_secrets():
 
 
 def test_scrubbed_json_stays_valid_and_every_occurrence_goes():
-    doc = {"messages": [{"content": f"key {SECRETS['gitlab_token']}\n-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n"
-                                    f"-----END RSA PRIVATE KEY-----"}, {"content": SECRETS["gitlab_token"]}]}  # fmt: skip
+    doc = {
+        "messages": [
+            {
+                "content": f"key {SECRETS['gitlab_token']}\n-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n"
+                f"-----END RSA PRIVATE KEY-----"
+            },
+            {"content": SECRETS["gitlab_token"]},
+        ]
+    }
     out, n = Scrubber().scrub(json.dumps(doc))
     assert n == 3
     back = json.loads(out)

@@ -67,9 +67,21 @@ def test_a_claimed_session_carries_its_repositorys_test_command(tmp_path: Path, 
 
 
 def _spec(repo: Path, commit: str, *, hint: str | None, test: str | None) -> SessionSpec:
-    return SessionSpec(session_id="s", proxy_session_id="s-a1", attempt=1, agent="codex", lang="en",
-                       repo_name="a/b", repo_path=repo, base_commit=commit, task="t", proxy_url="http://p",
-                       setup_hint=hint, repo_language="JavaScript", test_command=test)  # fmt: skip
+    return SessionSpec(
+        session_id="s",
+        proxy_session_id="s-a1",
+        attempt=1,
+        agent="codex",
+        lang="en",
+        repo_name="a/b",
+        repo_path=repo,
+        base_commit=commit,
+        task="t",
+        proxy_url="http://p",
+        setup_hint=hint,
+        repo_language="JavaScript",
+        test_command=test,
+    )
 
 
 def test_the_session_runs_the_test_command_over_the_hint_and_detection(tmp_path: Path) -> None:

@@ -258,8 +258,12 @@ def test_translation_runs_concurrently_in_the_background(sqlite_url):
             inflight[0] -= 1
         return fake_korean(m)
 
-    future = translate_in_background(sessions, translator(FakeModel(slow_korean)), concurrency=3,
-                                     on_done=lambda issue, res: done.append(issue))  # fmt: skip
+    future = translate_in_background(
+        sessions,
+        translator(FakeModel(slow_korean)),
+        concurrency=3,
+        on_done=lambda issue, res: done.append(issue),
+    )
     assert future.result(timeout=60) == {"ok": 6, "rejected": 0}
     assert sorted(done) == [1, 2, 3, 4, 5, 6]
     assert 2 <= peak[0] <= 3  # concurrent, and bounded by `concurrency`

@@ -74,7 +74,11 @@ def malformed_cases(n_random: int, seed: int = 16) -> list[tuple[str, bytes, lis
     deep = b'{"model":"m","max_tokens":5,"messages":' + b"[" * 10_000 + b"]" * 10_000 + b"}"
     bomb = gzip.compress(gzip.compress(bytes(1 << 20), 9) * 1024, 9)
     hand = [
-        ("/v1/messages", b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"\\ud83d"}]}', []),
+        (
+            "/v1/messages",
+            b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"\\ud83d"}]}',
+            [],
+        ),
         ("/v1/chat/completions", b'{"model":"m","messages":[{"role":"user","content":"\\udc00x"}]}', []),
         ("/v1/messages", json.dumps({**MSG, "max_tokens": None}).encode(), []),
         ("/v1/messages", deep, []),
@@ -85,14 +89,30 @@ def malformed_cases(n_random: int, seed: int = 16) -> list[tuple[str, bytes, lis
         ("/v1/messages", b"\x1f\x8b\x08\x00garbage", [(b"content-encoding", b"gzip")]),
         ("/v1/messages", json.dumps(MSG).encode(), [(b"content-encoding", b"compress")]),
         ("/v1/messages", json.dumps(MSG).encode(), [(b"content-encoding", b"gzip,gzip,gzip,gzip,gzip")]),
-        *((p, b, []) for p in ROUTES for b in (b"", b"null", b"{", b'"s"', b"[]", b"{}", b"\x00" * 64, b"\xff\xfe")),
+        *(
+            (p, b, [])
+            for p in ROUTES
+            for b in (b"", b"null", b"{", b'"s"', b"[]", b"{}", b"\x00" * 64, b"\xff\xfe")
+        ),
         ("/v1/messages", json.dumps({**MSG, "stream": "yes"}).encode(), []),
         ("/v1/messages", json.dumps({**MSG, "max_tokens": 0}).encode(), []),
         ("/v1/messages", json.dumps({**MSG, "max_tokens": 2**80}).encode(), []),
-        ("/v1/messages", json.dumps({**MSG, "messages": [{"role": "user", "content": [{"type": "image"}]}]}).encode(), []),
-        ("/v1/responses", json.dumps({"model": "m", "input": [{"type": "function_call_output"}]}).encode(), []),
-        ("/v1/chat/completions", json.dumps({"model": "m", "messages": [{"role": 1}], "tools": [None]}).encode(), []),
-    ]  # fmt: skip
+        (
+            "/v1/messages",
+            json.dumps({**MSG, "messages": [{"role": "user", "content": [{"type": "image"}]}]}).encode(),
+            [],
+        ),
+        (
+            "/v1/responses",
+            json.dumps({"model": "m", "input": [{"type": "function_call_output"}]}).encode(),
+            [],
+        ),
+        (
+            "/v1/chat/completions",
+            json.dumps({"model": "m", "messages": [{"role": 1}], "tools": [None]}).encode(),
+            [],
+        ),
+    ]
     rng = random.Random(seed)
     scalars = [None, True, 0, -1, 2**64, 1.5, "", "x", "\ud83d", "é", [], {}]
     for _ in range(n_random):
@@ -110,10 +130,15 @@ def malformed_cases(n_random: int, seed: int = 16) -> list[tuple[str, bytes, lis
                 )
             body = json.dumps(doc).encode("utf-8", "surrogatepass")
         headers = [
-            (rng.choice([b"user-agent", b"x-api-key", b"content-type", b"session-id", b"x-stainless-os"]),
-             bytes(rng.choice([*range(0x20, 0x7F), *range(0x80, 0x100)]) for _ in range(rng.randint(1, 30))).strip() or b"x")
+            (
+                rng.choice([b"user-agent", b"x-api-key", b"content-type", b"session-id", b"x-stainless-os"]),
+                bytes(
+                    rng.choice([*range(0x20, 0x7F), *range(0x80, 0x100)]) for _ in range(rng.randint(1, 30))
+                ).strip()
+                or b"x",
+            )
             for _ in range(rng.randint(0, 3))
-        ]  # fmt: skip
+        ]
         hand.append((path, body, headers))
     return hand
 
@@ -142,9 +167,10 @@ def probe_malformed(proxy: LiveProxy, n_random: int) -> str:
     healthy = httpx.get(f"{proxy.url}/healthz").status_code == 200
     rows = {r["session_id"]: r for r in proxy.rows()}
     relayed_5xx = {
-        sid for sid, st in statuses.items()
+        sid
+        for sid, st in statuses.items()
         if st >= 500 and sid in rows and (rows[sid]["error"] or "").startswith(f"upstream answered {st}")
-    }  # fmt: skip
+    }
     handled = {sid for sid, st in statuses.items() if 200 <= st < 500} | relayed_5xx
     return (
         f"malformed: {len(cases)} tried, {len(handled)} handled (4xx, or relayed: {len(relayed_5xx)} of them "

@@ -10,18 +10,60 @@ import zstandard
 from proxy.parquet import to_row
 from tests.proxy.conftest import proxied, reply, sse
 
-MSG = {"model": "m", "max_tokens": 32, "stream": False, "messages": [{"role": "user", "content": "hi"}], "cache_control": {"type": "ephemeral"}}  # fmt: skip
+MSG = {
+    "model": "m",
+    "max_tokens": 32,
+    "stream": False,
+    "messages": [{"role": "user", "content": "hi"}],
+    "cache_control": {"type": "ephemeral"},
+}
 CHAT_REPLY = {
-    "id": "chatcmpl-1", "object": "chat.completion", "model": "m", "prompt_token_ids": [1, 2, 3],
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "token_ids": [7, 8], "message": {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "Bash", "arguments": "{\"command\":\"ls\"}"}}]}}],
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "m",
+    "prompt_token_ids": [1, 2, 3],
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "token_ids": [7, 8],
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "Bash", "arguments": '{"command":"ls"}'},
+                    }
+                ],
+            },
+        }
+    ],
     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-}  # fmt: skip
+}
 CHUNKS = [
-    {"id": "c1", "object": "chat.completion.chunk", "model": "m", "prompt_token_ids": [1, 2, 3], "choices": [{"index": 0, "delta": {"role": "assistant", "content": "he"}, "token_ids": [5]}]},
-    {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"content": "llo"}, "token_ids": [6], "finish_reason": "stop"}]},
-    {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
-]  # fmt: skip
+    {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": "he"}, "token_ids": [5]}],
+    },
+    {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "llo"}, "token_ids": [6], "finish_reason": "stop"}],
+    },
+    {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "model": "m",
+        "choices": [],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2},
+    },
+]
 CHAT_STREAM = sse(*[(None, json.dumps(c)) for c in CHUNKS], (None, "[DONE]"))
 
 
@@ -83,7 +125,13 @@ async def test_responses_are_translated_both_ways(seen):
         seen.append(req)
         return reply(200, CHAT_REPLY)
 
-    body = {"model": "m", "instructions": "be brief", "input": "hi", "store": False, "tools": [{"type": "function", "name": "Bash", "parameters": {"type": "object"}}]}  # fmt: skip
+    body = {
+        "model": "m",
+        "instructions": "be brief",
+        "input": "hi",
+        "store": False,
+        "tools": [{"type": "function", "name": "Bash", "parameters": {"type": "object"}}],
+    }
     async with proxied(handler, upstream_api="chat") as (client, sink):
         r = await client.post("/v1/responses", json=body)
     out = r.json()

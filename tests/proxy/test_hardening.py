@@ -27,8 +27,19 @@ from tests.proxy.asgi_client import Endless, asgi_request, gzip_bomb
 from tests.proxy.conftest import Chunks, proxied, proxied_app, reply, sse
 
 MSG = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]}
-OK = {"id": "msg_1", "type": "message", "content": [{"type": "text", "text": "yo"}], "stop_reason": "end_turn", "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
-CHAT_OK = {"id": "c1", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}  # fmt: skip
+OK = {
+    "id": "msg_1",
+    "type": "message",
+    "content": [{"type": "text", "text": "yo"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
+CHAT_OK = {
+    "id": "c1",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 2, "completion_tokens": 1},
+}
 CHUNK = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok "}}]}\n\n'
 
 
@@ -189,10 +200,15 @@ async def test_malformed_inputs_that_made_500s_are_4xx_with_a_record(seen):
     cases = [
         ("/v1/messages", json.dumps({**MSG, "max_tokens": None}).encode(), 400, "max_tokens"),
         ("/v1/messages", deep, 400, "nested"),
-        ("/v1/chat/completions", b'{"model":"m","messages":' + b"[" * 10_000 + b"]" * 10_000 + b"}", 400, "nested"),
+        (
+            "/v1/chat/completions",
+            b'{"model":"m","messages":' + b"[" * 10_000 + b"]" * 10_000 + b"}",
+            400,
+            "nested",
+        ),
         ("/v1/messages", json.dumps({**MSG, "model": None}).encode(), 400, "model"),
         ("/v1/responses", json.dumps({"model": "m", "input": None, "stream": None}).encode(), 200, None),
-    ]  # fmt: skip
+    ]
     async with proxied(lambda req: seen.append(req) or reply(200, OK)) as (client, sink):
         for path, body, status, word in cases:
             r = await client.post(path, content=body)
@@ -226,9 +242,13 @@ async def test_non_ascii_header_values_are_relayed_as_bytes_and_recorded(seen):
 async def test_a_client_that_hangs_up_during_the_upload_is_recorded(seen):
     async with proxied_app(lambda req: seen.append(req) or reply(200, OK)) as app:
         ex = await asgi_request(
-            app, "POST", "/s/up/v1/messages", [b'{"model":"m",', b'"max_tokens":'],
-            incomplete_upload=True, hang_up_after=0.1,
-        )  # fmt: skip
+            app,
+            "POST",
+            "/s/up/v1/messages",
+            [b'{"model":"m",', b'"max_tokens":'],
+            incomplete_upload=True,
+            hang_up_after=0.1,
+        )
         sink = app.state.sink
     assert ex.status is None  # nobody to answer
     assert seen == []
@@ -365,7 +385,10 @@ class _BrokenSink(MemorySink):
 
 
 async def test_a_call_whose_record_fails_is_not_acknowledged():
-    stream_body = sse((None, json.dumps({"id": "c", "choices": [{"index": 0, "delta": {"content": "a"}}]})), (None, "[DONE]"))  # fmt: skip
+    stream_body = sse(
+        (None, json.dumps({"id": "c", "choices": [{"index": 0, "delta": {"content": "a"}}]})),
+        (None, "[DONE]"),
+    )
 
     def handler(req: httpx.Request) -> httpx.Response:
         if json.loads(req.content).get("stream"):
@@ -438,6 +461,9 @@ async def test_a_streamed_reply_is_relayed_chunk_by_chunk(seen):
             200, stream=Chunks(CHUNK, CHUNK), headers={"content-type": "text/event-stream"}
         )
     ) as (client, sink):
-        r = await client.post("/v1/chat/completions", json={"model": "m", "messages": [], "stream": True, "return_token_ids": True})  # fmt: skip
+        r = await client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [], "stream": True, "return_token_ids": True},
+        )
     assert r.content == CHUNK * 2
     assert sink.calls[0].outcome == "ok"

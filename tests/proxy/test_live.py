@@ -16,13 +16,34 @@ from proxy.parquet import to_row
 from proxy.record import Call
 from tests.proxy.live import LiveProxy, proxy_server, scripted_upstream
 
-BASH = {"name": "Bash", "description": "run", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}  # fmt: skip
+BASH = {
+    "name": "Bash",
+    "description": "run",
+    "input_schema": {
+        "type": "object",
+        "properties": {"command": {"type": "string"}},
+        "required": ["command"],
+    },
+}
 FN = {"type": "function", "function": {"name": "bash", "parameters": BASH["input_schema"]}}
 REQUESTS = {
-    "anthropic_messages": ("/v1/messages?beta=true", {"model": "m", "max_tokens": 64, "tools": [BASH], "messages": [{"role": "user", "content": "go"}]}),
-    "openai_responses": ("/v1/responses", {"model": "m", "input": "go", "tools": [{"type": "function", "name": "shell", "parameters": BASH["input_schema"]}]}),
-    "openai_chat": ("/v1/chat/completions", {"model": "m", "tools": [FN], "messages": [{"role": "user", "content": "go"}]}),
-}  # fmt: skip
+    "anthropic_messages": (
+        "/v1/messages?beta=true",
+        {"model": "m", "max_tokens": 64, "tools": [BASH], "messages": [{"role": "user", "content": "go"}]},
+    ),
+    "openai_responses": (
+        "/v1/responses",
+        {
+            "model": "m",
+            "input": "go",
+            "tools": [{"type": "function", "name": "shell", "parameters": BASH["input_schema"]}],
+        },
+    ),
+    "openai_chat": (
+        "/v1/chat/completions",
+        {"model": "m", "tools": [FN], "messages": [{"role": "user", "content": "go"}]},
+    ),
+}
 
 
 @pytest.fixture(scope="module")
@@ -196,11 +217,25 @@ def test_tokenize_native_keeps_filled_ids_only_when_they_match_the_reported_coun
 
 def test_tokenize_native_ids_are_kept_when_they_match():
     """The roll keeps /tokenize ids whose count is the prompt count the upstream reported."""
-    reply = {"id": "m", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "ok"}],
-             "stop_reason": "end_turn", "usage": {"input_tokens": 3, "output_tokens": 1}}  # fmt: skip
-    call = Call("POST", "/v1/messages", "anthropic_messages", "http://up", "p", status_code=200,
-                response_content_type="application/json", response_chunks=[json.dumps(reply).encode()],
-                extra={"prompt_token_ids": [5, 6, 7], "token_ids_source": "tokenize"})  # fmt: skip
+    reply = {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    call = Call(
+        "POST",
+        "/v1/messages",
+        "anthropic_messages",
+        "http://up",
+        "p",
+        status_code=200,
+        response_content_type="application/json",
+        response_chunks=[json.dumps(reply).encode()],
+        extra={"prompt_token_ids": [5, 6, 7], "token_ids_source": "tokenize"},
+    )
     row = to_row(call, zstandard.ZstdCompressor())
     assert (row["prompt_token_ids"], row["token_ids_source"]) == ([5, 6, 7], "tokenize")
     call.extra["prompt_token_ids"] = [5, 6]

@@ -21,21 +21,68 @@ from tests.proxy.asgi_client import asgi_request
 from tests.proxy.conftest import proxied_app, reply, sse
 
 ROUTE_LIST = sorted((r.method, r.path) for r in ROUTES.values())
-CHAT_OK = {"id": "c1", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}  # fmt: skip
+CHAT_OK = {
+    "id": "c1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "yo"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 2, "completion_tokens": 1},
+}
 CHAT_STREAM = sse(
-    (None, json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}]})),
-    (None, json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
+    (
+        None,
+        json.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": "a"}}],
+            }
+        ),
+    ),
+    (
+        None,
+        json.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": "m",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
+        ),
+    ),
     (None, "[DONE]"),
-)  # fmt: skip
-MESSAGE = {"id": "m", "type": "message", "role": "assistant", "content": [{"type": "text", "text": "a"}], "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+)
+MESSAGE = {
+    "id": "m",
+    "type": "message",
+    "role": "assistant",
+    "content": [{"type": "text", "text": "a"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+}
 MESSAGE_STREAM = sse(
     ("message_start", json.dumps({"type": "message_start", "message": {**MESSAGE, "content": []}})),
-    ("content_block_start", json.dumps({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-    ("content_block_delta", json.dumps({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}})),
+    (
+        "content_block_start",
+        json.dumps(
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        ),
+    ),
+    (
+        "content_block_delta",
+        json.dumps({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a"}}),
+    ),
     ("content_block_stop", json.dumps({"type": "content_block_stop", "index": 0})),
     ("message_stop", json.dumps({"type": "message_stop"})),
-)  # fmt: skip
-RESPONSE = {"id": "r", "object": "response", "status": "completed", "output": [], "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+)
+RESPONSE = {
+    "id": "r",
+    "object": "response",
+    "status": "completed",
+    "output": [],
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+}
 
 
 def upstream(req: httpx.Request) -> httpx.Response:
@@ -65,10 +112,25 @@ header_values = st.binary(max_size=60).map(
     lambda b: bytes(_VALUE_BYTES[x % len(_VALUE_BYTES)] for x in b).strip()
 )
 header_names = st.sampled_from(
-    [b"authorization", b"x-api-key", b"api-key", b"user-agent", b"content-encoding", b"content-type",
-     b"accept-encoding", b"x-claude-code-session-id", b"session-id", b"thread-id", b"x-dflash-tag",
-     b"content-length", b"transfer-encoding", b"connection", b"anthropic-version", b"x-stainless-os"]
-) | st.from_regex(rb"\A[a-z][a-z0-9-]{0,15}\Z")  # fmt: skip
+    [
+        b"authorization",
+        b"x-api-key",
+        b"api-key",
+        b"user-agent",
+        b"content-encoding",
+        b"content-type",
+        b"accept-encoding",
+        b"x-claude-code-session-id",
+        b"session-id",
+        b"thread-id",
+        b"x-dflash-tag",
+        b"content-length",
+        b"transfer-encoding",
+        b"connection",
+        b"anthropic-version",
+        b"x-stainless-os",
+    ]
+) | st.from_regex(rb"\A[a-z][a-z0-9-]{0,15}\Z")
 headers = st.lists(st.tuples(header_names, header_values), max_size=6)
 
 scalars = (
@@ -108,7 +170,11 @@ message = st.fixed_dictionaries(
 )
 # Top-level types right, so the request gets past validation and into the translators with odd insides.
 plausible = st.fixed_dictionaries(
-    {"model": st.text(max_size=10), "max_tokens": st.integers(1, 2**31), "messages": st.lists(message, max_size=4)},
+    {
+        "model": st.text(max_size=10),
+        "max_tokens": st.integers(1, 2**31),
+        "messages": st.lists(message, max_size=4),
+    },
     optional={
         "stream": st.booleans(),
         "input": st.text(max_size=20) | st.lists(message | json_values, max_size=3),
@@ -123,7 +189,7 @@ plausible = st.fixed_dictionaries(
         "return_token_ids": st.booleans(),
         "metadata": json_values,
     },
-)  # fmt: skip
+)
 bodies = (
     st.binary(max_size=300)
     | json_values.map(lambda v: json.dumps(v).encode())

@@ -45,15 +45,60 @@ async def test_non_stream_body_is_relayed_byte_for_byte_and_attributed(seen):
 
 async def test_stream_is_relayed_and_assembled():
     events = sse(
-        ("message_start", json.dumps({"type": "message_start", "message": {"id": "m1", "role": "assistant", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}})),
-        ("content_block_start", json.dumps({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}})),
-        ("content_block_delta", json.dumps({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": '{"command": "l'}})),
-        ("content_block_delta", json.dumps({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": 's"}'}})),
+        (
+            "message_start",
+            json.dumps(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "m1",
+                        "role": "assistant",
+                        "content": [],
+                        "usage": {"input_tokens": 5, "output_tokens": 1},
+                    },
+                }
+            ),
+        ),
+        (
+            "content_block_start",
+            json.dumps(
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}},
+                }
+            ),
+        ),
+        (
+            "content_block_delta",
+            json.dumps(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": '{"command": "l'},
+                }
+            ),
+        ),
+        (
+            "content_block_delta",
+            json.dumps(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": 's"}'},
+                }
+            ),
+        ),
         ("content_block_stop", json.dumps({"type": "content_block_stop", "index": 0})),
-        ("message_delta", json.dumps({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}})),
+        (
+            "message_delta",
+            json.dumps(
+                {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}}
+            ),
+        ),
         ("message_delta", json.dumps({"type": "message_delta", "delta": {}, "usage": {"output_tokens": 9}})),
         ("message_stop", json.dumps({"type": "message_stop"})),
-    )  # fmt: skip
+    )
 
     def handler(req: httpx.Request) -> httpx.Response:
         return reply(200, events, "text/event-stream")
@@ -167,7 +212,13 @@ async def test_compressed_request_is_forwarded_unchanged_and_recorded_decoded(se
 
 
 async def test_compressed_response_is_relayed_raw_and_recorded_decoded():
-    body = {"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 2, "completion_tokens": 1}}  # fmt: skip
+    body = {
+        "id": "c1",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hey"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 1},
+    }
     packed = gzip.compress(json.dumps(body).encode())
 
     def handler(req: httpx.Request) -> httpx.Response:

@@ -22,8 +22,24 @@ def test_the_documented_commands_and_options_are_there() -> None:
     _, out = invoke("env-gc", "--help")
     assert all(opt in out for opt in ("--max-age-days", "--budget-gb", "--repo", "--dry-run"))
     _, out = invoke("try", "--help")
-    for opt in ("--agent", "--egress", "--env", "--setup", "--test", "--repo", "--commit", "--task", "--proxy",
-                "--session", "--run", "--command", "--model", "--time-limit", "--image", "--compact"):  # fmt: skip
+    for opt in (
+        "--agent",
+        "--egress",
+        "--env",
+        "--setup",
+        "--test",
+        "--repo",
+        "--commit",
+        "--task",
+        "--proxy",
+        "--session",
+        "--run",
+        "--command",
+        "--model",
+        "--time-limit",
+        "--image",
+        "--compact",
+    ):
         assert opt in out
 
 

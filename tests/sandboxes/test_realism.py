@@ -188,8 +188,14 @@ def test_hanging_tests_and_a_full_disk_are_recorded(
     assert str(prepared.setup["reason"]).startswith("out of disk:")
     assert prepared.setup["attempts"] == 0  # the machine's fault, not the repository's
     # a disk that fills while the setup installs: also the machine's, not counted against the repository
-    filled = prepare(docker_client, settings, agents_image, repo, sha,
-                     setup="echo 'OSError: [Errno 28] No space left on device' >&2; exit 1").setup  # fmt: skip
+    filled = prepare(
+        docker_client,
+        settings,
+        agents_image,
+        repo,
+        sha,
+        setup="echo 'OSError: [Errno 28] No space left on device' >&2; exit 1",
+    ).setup
     assert filled["status"] == "failed"
     assert str(filled["reason"]).startswith("out of disk during setup"), filled["reason"]
     assert filled["attempts"] == 0

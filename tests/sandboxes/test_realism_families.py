@@ -40,23 +40,53 @@ def _commit(root: Path, files: dict[str, str]) -> tuple[Path, str]:
 
 
 def _run(  # type: ignore[no-untyped-def]
-    docker_client, agents_image: str, tmp_path: Path, files: dict[str, str], *, family: str, fix: str,
-    language: str, setup: str | None = None, test: str | None = None,
-) -> tuple[Prepared, SessionResult]:  # fmt: skip
+    docker_client,
+    agents_image: str,
+    tmp_path: Path,
+    files: dict[str, str],
+    *,
+    family: str,
+    fix: str,
+    language: str,
+    setup: str | None = None,
+    test: str | None = None,
+) -> tuple[Prepared, SessionResult]:
     """Environment image, then baseline tests → the fix → tests after; the image is removed on the way out."""
-    settings = SandboxSettings(env_state_dir=tmp_path / "state", setup_time_limit_s=300, test_time_limit_s=240,
-                               env_min_free_gb=1, egress="none")  # fmt: skip
+    settings = SandboxSettings(
+        env_state_dir=tmp_path / "state",
+        setup_time_limit_s=300,
+        test_time_limit_s=240,
+        env_min_free_gb=1,
+        egress="none",
+    )
     repo, sha = _commit(tmp_path, files)
     repo_id = f"test/{family}-{uuid.uuid4().hex[:6]}"
-    prepared = prepare(docker_client, settings, agents_image, repo, sha, repo_id=repo_id, setup=setup,
-                       test=test, language=language)  # fmt: skip
+    prepared = prepare(
+        docker_client,
+        settings,
+        agents_image,
+        repo,
+        sha,
+        repo_id=repo_id,
+        setup=setup,
+        test=test,
+        language=language,
+    )
     try:
         assert prepared.plan.family == family
         assert prepared.setup["status"] == "built", (prepared.setup["reason"], prepared.setup["tail"])
         assert prepared.prepared_base is not None  # the session starts from the image, no copy of the tree
-        req = SessionRequest(agent="command", repo=repo, commit=sha, task="fix add", proxy_url=NO_MODEL,
-                             command=fix, time_limit_s=60, settings=settings,
-                             **prepared.request_fields())  # fmt: skip
+        req = SessionRequest(
+            agent="command",
+            repo=repo,
+            commit=sha,
+            task="fix add",
+            proxy_url=NO_MODEL,
+            command=fix,
+            time_limit_s=60,
+            settings=settings,
+            **prepared.request_fields(),
+        )
         result = run_session(req, docker_client)
     finally:
         gc_env_images(docker_client, settings.model_copy(update={"env_budget_gb": 1e-6}), repo_id=repo_id)
@@ -79,8 +109,15 @@ RUST = {
 
 
 def test_rust_crate_detected_setup_and_cargo_test(docker_client, agents_image: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    prepared, result = _run(docker_client, agents_image, tmp_path, RUST, family="rust", language="Rust",
-                            fix="sed -i 's/    a - b/    a + b/' src/lib.rs")  # fmt: skip
+    prepared, result = _run(
+        docker_client,
+        agents_image,
+        tmp_path,
+        RUST,
+        family="rust",
+        language="Rust",
+        fix="sed -i 's/    a - b/    a + b/' src/lib.rs",
+    )
     assert (prepared.plan.setup, prepared.test_command) == ("cargo fetch", "cargo test")
     assert result.baseline["tests"] == {"tests::adds": "failed", "tests::zero": "passed"}, result.baseline[
         "tail"
@@ -104,9 +141,17 @@ def test_java_javac_project_with_a_test_hint_and_junit(
     docker_client, agents_image: str, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     test = f"javac -cp {JUNIT} -d out src/*.java test/*.java && java -cp out:{JUNIT} org.junit.runner.JUnitCore CalcTest"
-    prepared, result = _run(docker_client, agents_image, tmp_path, JAVA, family="java", language="Java",
-                            setup="mkdir -p out && javac -d out src/*.java", test=test,
-                            fix="sed -i 's/return a - b/return a + b/' src/Calc.java")  # fmt: skip
+    prepared, result = _run(
+        docker_client,
+        agents_image,
+        tmp_path,
+        JAVA,
+        family="java",
+        language="Java",
+        setup="mkdir -p out && javac -d out src/*.java",
+        test=test,
+        fix="sed -i 's/return a - b/return a + b/' src/Calc.java",
+    )
     assert prepared.test_command == test
     assert _counts(result.baseline) == (1, 1, 0, False), result.baseline["tail"]
     assert result.baseline["exit_code"] != 0
@@ -126,8 +171,15 @@ CPP = {
 
 
 def test_cpp_cmake_project_detected_setup_and_ctest(docker_client, agents_image: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    prepared, result = _run(docker_client, agents_image, tmp_path, CPP, family="cpp", language="C++",
-                            fix="sed -i 's/a - b/a + b/' calc.cpp")  # fmt: skip
+    prepared, result = _run(
+        docker_client,
+        agents_image,
+        tmp_path,
+        CPP,
+        family="cpp",
+        language="C++",
+        fix="sed -i 's/a - b/a + b/' calc.cpp",
+    )
     assert prepared.plan.setup == "cmake -S . -B build"
     assert prepared.test_command == "cmake --build build && ctest --test-dir build"
     assert _counts(result.baseline) == (1, 1, 0, False), result.baseline["tail"]
@@ -151,8 +203,15 @@ NODE = {
 def test_node_package_installs_from_npm_through_the_proxy(
     docker_client, agents_image: str, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    prepared, result = _run(docker_client, agents_image, tmp_path, NODE, family="node", language="JavaScript",
-                            fix="sed -i 's/return a - b/return a + b/' index.js")  # fmt: skip
+    prepared, result = _run(
+        docker_client,
+        agents_image,
+        tmp_path,
+        NODE,
+        family="node",
+        language="JavaScript",
+        fix="sed -i 's/return a - b/return a + b/' index.js",
+    )
     assert (prepared.plan.setup, prepared.test_command) == ("npm install", "npm test")
     npm = [h for h in prepared.setup["egress"] if h["host"] == "registry.npmjs.org"]
     assert npm, prepared.setup["egress"]

@@ -36,8 +36,20 @@ def vllm(model: str, log: Path, *args: str, timeout: float = 600) -> Iterator[st
     if not have.ok:
         pytest.skip(have.line())
     port = free_port()
-    argv = [sys.executable, "-m", "serving", "serve", "--model", model, "--port", str(port), "--no-compile",
-            "--kv-cache-gib", "1", *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "serving",
+        "serve",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--no-compile",
+        "--kv-cache-gib",
+        "1",
+        *args,
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

@@ -35,8 +35,15 @@ def test_regenerate_stores_engine_ids_beside_the_records_and_resumes(
     rows = call_rows(smollm2, [24] * 6)  # six repositories: the split holds out whole repositories
     write_part(pa.Table.from_pylist(rows), tmp_path / "calls", "part-0.parquet")
     recorded = {r["call_id"]: r for r in rows}
-    s = RegenerateSettings(data=tmp_path, url=smollm2_vllm, samples=2, max_tokens=12, temperature=0,
-                           eval_fraction=0.34, flush_every=3)  # fmt: skip
+    s = RegenerateSettings(
+        data=tmp_path,
+        url=smollm2_vllm,
+        samples=2,
+        max_tokens=12,
+        temperature=0,
+        eval_fraction=0.34,
+        flush_every=3,
+    )
     report = run(s)
     got = regenerated(tmp_path)
     sources = {r["regenerated_from"] for r in got}
@@ -51,8 +58,13 @@ def test_regenerate_stores_engine_ids_beside_the_records_and_resumes(
         assert r["agent"] == src["agent"]
         assert 1 <= len(r["completion_token_ids"]) <= 12
         assert r["token_ids_source"] == "upstream"
-        body = {"model": "smollm2", "prompt": r["prompt_token_ids"], "max_tokens": 12, "temperature": 0,
-                "return_token_ids": True}  # fmt: skip
+        body = {
+            "model": "smollm2",
+            "prompt": r["prompt_token_ids"],
+            "max_tokens": 12,
+            "temperature": 0,
+            "return_token_ids": True,
+        }
         again = httpx.post(f"{smollm2_vllm}/v1/completions", json=body, timeout=120).json()
         assert again["choices"][0]["token_ids"] == r["completion_token_ids"]  # the engine's own greedy ids
     assert report["this_run"]["tokens_per_s"] > 0

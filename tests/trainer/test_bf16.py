@@ -51,10 +51,23 @@ def run(cfg: TrainConfig) -> Path:
 
 def config(model_dir: Path, calls: Path, runs: Path, **kw: Any) -> TrainConfig:
     base = dict(
-        target=str(model_dir), data=str(calls), runs_dir=str(runs), num_layers=1, block_size=4,
-        mask_token_id=MASK, max_len=256, eval_fraction=0.3, max_steps=3, lr=3e-3, anchors=16,
-        target_layer_ids=[0, 2], log_every=1, eval_every=3, eval_prompts=2, eval_max_new_tokens=12,
-    )  # fmt: skip
+        target=str(model_dir),
+        data=str(calls),
+        runs_dir=str(runs),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK,
+        max_len=256,
+        eval_fraction=0.3,
+        max_steps=3,
+        lr=3e-3,
+        anchors=16,
+        target_layer_ids=[0, 2],
+        log_every=1,
+        eval_every=3,
+        eval_prompts=2,
+        eval_max_new_tokens=12,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -102,8 +115,13 @@ def test_bf16_features_feed_bf16_training(model_dir: Path, calls: Path, tmp_path
     assert made["written"] == len(made["shards"])
     cached = run(
         config(
-            model_dir, calls, tmp_path / "runs", name="cached", mixed_precision="bf16",
-            feature_source="cache", feature_dir=str(tmp_path / "features"),
+            model_dir,
+            calls,
+            tmp_path / "runs",
+            name="cached",
+            mixed_precision="bf16",
+            feature_source="cache",
+            feature_dir=str(tmp_path / "features"),
         )
-    )  # fmt: skip
+    )
     assert all(math.isfinite(r["loss"]) for r in _metrics(cached, "metrics.jsonl"))

@@ -10,8 +10,9 @@ from trainer.parity_settings import ParitySettings
 
 
 def _seq(n: int, starts: list[int], agent: str = "claude-code") -> SimpleNamespace:
-    return SimpleNamespace(input_ids=list(range(n)), span_starts=starts, agent=agent, lang="en",
-                           session_id=f"s{n}")  # fmt: skip
+    return SimpleNamespace(
+        input_ids=list(range(n)), span_starts=starts, agent=agent, lang="en", session_id=f"s{n}"
+    )
 
 
 def test_contexts_that_fit_come_first_and_whole() -> None:
@@ -22,8 +23,9 @@ def test_contexts_that_fit_come_first_and_whole() -> None:
 
 def test_agent_contexts_longer_than_the_budget_are_evaluated_on_their_last_tokens() -> None:
     # every context is longer than the budget (as a Claude Code call's 5k+ tokens on a CPU budget of 1024)
-    got = prompts_from_sequences([_seq(6000, [5000, 5900], "claude-code"), _seq(3000, [2000], "codex")],
-                                 n=3, max_prompt_len=1024)  # fmt: skip
+    got = prompts_from_sequences(
+        [_seq(6000, [5000, 5900], "claude-code"), _seq(3000, [2000], "codex")], n=3, max_prompt_len=1024
+    )
     assert [len(p.ids) for p in got] == [1024, 1024, 1024]
     assert all(p.truncated for p in got)
     assert got[0].ids == list(range(5000 - 1024, 5000))  # the window ends where the supervised span starts

@@ -59,10 +59,20 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def config(model_dir: Path, calls: Path, runs: Path, **kw: Any) -> TrainConfig:
     base = dict(
-        target=str(model_dir), data=str(calls), runs_dir=str(runs), num_layers=1, block_size=4,
-        mask_token_id=MASK, max_len=256, eval_fraction=0.3, max_steps=3, lr=3e-3, anchors=16,
-        target_layer_ids=TAPS, log_every=1,
-    )  # fmt: skip
+        target=str(model_dir),
+        data=str(calls),
+        runs_dir=str(runs),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK,
+        max_len=256,
+        eval_fraction=0.3,
+        max_steps=3,
+        lr=3e-3,
+        anchors=16,
+        target_layer_ids=TAPS,
+        log_every=1,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -102,10 +112,14 @@ def test_offline_training_gives_the_online_losses(model_dir: Path, calls: Path, 
     assert made["written"] == len(made["shards"])
     offline = train(
         config(
-            model_dir, calls, tmp_path / "runs", name="offline", feature_source="cache",
+            model_dir,
+            calls,
+            tmp_path / "runs",
+            name="offline",
+            feature_source="cache",
             feature_dir=str(tmp_path / "features"),
         )
-    )  # fmt: skip
+    )
 
     def losses(run: Path) -> list[float]:
         return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -196,10 +210,25 @@ def test_two_processes_write_disjoint_shards_equal_to_one_process(
     one = features(cfg, tmp_path / "one", batch=1, dtype="float32")
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg.as_dict()))
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-        "-m", "trainer", "features", "--config", str(tmp_path / "cfg.yaml"), "--out", str(tmp_path / "two"),
-        "--batch", "1", "--dtype", "float32",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "trainer",
+        "features",
+        "--config",
+        str(tmp_path / "cfg.yaml"),
+        "--out",
+        str(tmp_path / "two"),
+        "--batch",
+        "1",
+        "--dtype",
+        "float32",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -67,6 +67,12 @@ def test_the_context_limit_is_the_served_one_under_rope_scaling() -> None:
     )  # Qwen3 + YaRN
     linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
     assert context_limit(LlamaConfig(max_position_embeddings=4096, rope_scaling=linear)) == 8192
-    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_max_position_embeddings": 8192, "rope_theta": 5e5}  # fmt: skip
+    llama3 = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_theta": 5e5,
+    }
     assert context_limit(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama3)) == 131072

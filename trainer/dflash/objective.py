@@ -165,9 +165,18 @@ def dflash_loss(
     s = block_size - shift  # query slots per block
     dev = taps.device
     hidden, labels, valid = block_hidden(
-        drafter, taps, input_ids, loss_mask, anchors, embed_weight, block_size, mask_token_id, flex, layout,
+        drafter,
+        taps,
+        input_ids,
+        loss_mask,
+        anchors,
+        embed_weight,
+        block_size,
+        mask_token_id,
+        flex,
+        layout,
         shift=shift,
-    )  # fmt: skip
+    )
     # a boolean index is a nonzero: it waits for the device (the training loop passes host-side rows)
     rows = valid.flatten().nonzero().squeeze(1) if rows is None else slot_rows(rows, block_size, shift)
     rows = rows.to(dev, non_blocking=True)

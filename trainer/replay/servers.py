@@ -153,17 +153,45 @@ def command(engine: str, target: str, server: Server, port: int, s: BenchSetting
     """The command line of one server: `python -m serving serve` (vLLM) or the stand-in's."""
     engine = server.engine or engine
     if engine == "vllm":
-        cmd = [sys.executable, "-m", "serving", "serve", "--model", target, "--port", str(port),
-               "--max-model-len", str(s.max_model_len), "--kv-cache-gib", str(s.kv_cache_gib),
-               "--dtype", s.served_dtype]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "serving",
+            "serve",
+            "--model",
+            target,
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(s.max_model_len),
+            "--kv-cache-gib",
+            str(s.kv_cache_gib),
+            "--dtype",
+            s.served_dtype,
+        ]
         cmd += [] if s.compile else ["--no-compile"]
         cmd += [f"--extra-arg={a}" for a in server.extra]
         tokens = drafted_tokens(server.draft) if server.draft is not None else s.draft_tokens
         spec = speculative_config(server.method, server.draft, tokens)
         return cmd + (["--speculative-config", json.dumps(spec)] if spec else [])
-    cmd = [sys.executable, "-m", "trainer", "serve-target", "--model", target, "--host", "127.0.0.1",
-           "--port", str(port), "--threads", str(s.threads), "--max-num-seqs", str(s.max_num_seqs),
-           "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "serve-target",
+        "--model",
+        target,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--threads",
+        str(s.threads),
+        "--max-num-seqs",
+        str(s.max_num_seqs),
+        "--log-level",
+        "warning",
+    ]
     return cmd + (["--draft", str(server.draft)] if server.draft is not None else [])
 
 

@@ -141,7 +141,15 @@ def install(sessions: sessionmaker[OrmSession], root: Path) -> dict[str, int]:
                 s.add(issue)
                 s.flush()
                 counts["issues"] += 1
-                s.add(Translation(issue_id=issue.id, lang="ko", status="ok", title=it["title_ko"],
-                                  body=it["body_ko"], model="human"))  # fmt: skip
+                s.add(
+                    Translation(
+                        issue_id=issue.id,
+                        lang="ko",
+                        status="ok",
+                        title=it["title_ko"],
+                        body=it["body_ko"],
+                        model="human",
+                    )
+                )
                 counts["translations"] += 1
     return counts

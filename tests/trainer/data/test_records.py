@@ -247,8 +247,9 @@ def test_the_mask_never_covers_the_prompt_or_its_scaffolding(tiny: Target) -> No
 def test_ids_with_a_redacted_secret_are_kept_though_their_length_differs_from_the_usage(tiny: Target) -> None:
     # The export replaced a secret's tokens by its placeholder's: fewer ids than the usage counted.
     prompt, completion = [1, 2, 3], [10, 11, tiny.stop_token_ids[0]]
-    row = chat_row(tiny, prompt_token_ids=prompt, completion_token_ids=completion, prompt_tokens=5,
-                   completion_tokens=3)  # fmt: skip
+    row = chat_row(
+        tiny, prompt_token_ids=prompt, completion_token_ids=completion, prompt_tokens=5, completion_tokens=3
+    )
     with pytest.raises(Excluded, match="stored_ids_disagree_with_prompt_tokens"):
         to_example(tiny, row)
     ex = to_example(tiny, {**row, "ids_redacted": True})

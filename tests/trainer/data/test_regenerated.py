@@ -16,9 +16,12 @@ def call(cid: str, session: str, t: float, prompt: list[int], completion: list[i
 
 def resample(src: CallExample, k: int, completion: list[int]) -> CallExample:
     return replace(
-        src, call_id=sample_id(src.call_id, k), completion_ids=completion,
-        supervise=[1] * len(completion), regenerated_from=src.call_id,
-    )  # fmt: skip
+        src,
+        call_id=sample_id(src.call_id, k),
+        completion_ids=completion,
+        supervise=[1] * len(completion),
+        regenerated_from=src.call_id,
+    )
 
 
 def sessions() -> list[CallExample]:

@@ -46,10 +46,19 @@ def test_many_lengths_compile_two_graphs(monkeypatch: pytest.MonkeyPatch) -> Non
         anchors = torch.sort(cand[torch.randperm(cand.numel(), generator=gen)[: 20 + n // 50]]).values
         with torch.no_grad():
             out = dflash_loss(
-                drafter, taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors,
-                embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight,
-                block_size=B, mask_token_id=MASK, weights=H.loss_weights(B, 2.0), flex=True, layout=layout,
-            )  # fmt: skip
+                drafter,
+                taps=taps,
+                input_ids=ids,
+                loss_mask=mask,
+                anchors=anchors,
+                embed_weight=target.embed_tokens.weight,
+                lm_head_weight=target.lm_head.weight,
+                block_size=B,
+                mask_token_id=MASK,
+                weights=H.loss_weights(B, 2.0),
+                flex=True,
+                layout=layout,
+            )
         assert torch.isfinite(out.loss)
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     # Per compiled function (flex attention, its block mask): the first length static, then dynamic

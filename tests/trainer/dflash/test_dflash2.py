@@ -100,10 +100,17 @@ def test_the_selector_is_teacher_forced_and_every_part_learns(target) -> None:  
 
     d.slot_terms = recording  # type: ignore[method-assign]
     res = dflash_loss(
-        d, taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors,
-        embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
-        mask_token_id=MASK, weights=loss_weights(4, 4.0),
-    )  # fmt: skip
+        d,
+        taps=taps,
+        input_ids=ids,
+        loss_mask=mask,
+        anchors=anchors,
+        embed_weight=target.embed_tokens.weight,
+        lm_head_weight=target.lm_head.weight,
+        block_size=4,
+        mask_token_id=MASK,
+        weights=loss_weights(4, 4.0),
+    )
     # slot k (1..3) of a block follows the TRUE token at anchor + k - 1 (the anchor for slot 1)
     assert sorted(seen[0].tolist()) == sorted(
         int(ids[a + k - 1]) for a in anchors.tolist() for k in (1, 2, 3)

@@ -39,10 +39,17 @@ def test_the_markov_head_is_teacher_forced_and_every_head_learns(target) -> None
     seen: list[torch.Tensor] = []
     d.markov_head.markov_w1.register_forward_hook(lambda _m, args, _o: seen.append(args[0].clone()))
     res = dflash_loss(  # one objective for every kind: the kind supplies its slot terms
-        d, taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors,
-        embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
-        mask_token_id=MASK, weights=loss_weights(4, 4.0),
-    )  # fmt: skip
+        d,
+        taps=taps,
+        input_ids=ids,
+        loss_mask=mask,
+        anchors=anchors,
+        embed_weight=target.embed_tokens.weight,
+        lm_head_weight=target.lm_head.weight,
+        block_size=4,
+        mask_token_id=MASK,
+        weights=loss_weights(4, 4.0),
+    )
     # three slots per block: slot k follows the TRUE token at anchor + k (the anchor for slot 0)
     assert sorted(seen[0].tolist()) == sorted(int(ids[a + k]) for a in anchors.tolist() for k in range(3))
     assert res.total.tolist() == [3, 3, 3]
@@ -64,9 +71,16 @@ def test_host_rows_and_device_rows_give_the_same_dspark_loss(target) -> None:  #
     ids, mask, taps = context(target, d.target_layer_ids)
     anchors = torch.tensor([5, 9, 27])  # the last block runs off the end: some slots have no label
     kw = dict(
-        taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors, embed_weight=target.embed_tokens.weight,
-        lm_head_weight=target.lm_head.weight, block_size=4, mask_token_id=MASK, weights=loss_weights(4, 4.0),
-    )  # fmt: skip
+        taps=taps,
+        input_ids=ids,
+        loss_mask=mask,
+        anchors=anchors,
+        embed_weight=target.embed_tokens.weight,
+        lm_head_weight=target.lm_head.weight,
+        block_size=4,
+        mask_token_id=MASK,
+        weights=loss_weights(4, 4.0),
+    )
     found = dflash_loss(d, **kw)  # type: ignore[arg-type]
     valid = [a * 4 + k for a, start in enumerate(anchors.tolist()) for k in range(1, 4) if start + k < 30]
     given = dflash_loss(d, rows=torch.tensor(valid), **kw)  # type: ignore[arg-type]

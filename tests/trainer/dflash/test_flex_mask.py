@@ -91,10 +91,19 @@ def test_the_pieced_mask_gives_flex_attention_the_dense_paths_loss() -> None:
 
     def loss(flex: bool) -> torch.Tensor:
         return dflash_loss(
-            drafter, taps=taps, input_ids=ids, loss_mask=mask, anchors=anchors,
-            embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight, block_size=4,
-            mask_token_id=MASK, weights=H.loss_weights(4, 2.0), layout=layout, flex=flex,
-        ).loss  # fmt: skip
+            drafter,
+            taps=taps,
+            input_ids=ids,
+            loss_mask=mask,
+            anchors=anchors,
+            embed_weight=target.embed_tokens.weight,
+            lm_head_weight=target.lm_head.weight,
+            block_size=4,
+            mask_token_id=MASK,
+            weights=H.loss_weights(4, 2.0),
+            layout=layout,
+            flex=flex,
+        ).loss
 
     with torch.no_grad():
         assert torch.allclose(loss(True), loss(False), atol=1e-5)

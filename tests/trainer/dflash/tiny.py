@@ -131,10 +131,24 @@ def train_kind(tmp: Path, calls: Path, target: Target, drafter: str, **extra: ob
     """A drafter of kind ``drafter`` trained, evaluated and exported by the commands `make train` runs
     (block 4: three drafted tokens), checked on the way (the kind it trained, lossless decoding); its export."""
     cfg = TrainConfig(
-        target="tiny", data=str(calls), runs_dir=str(tmp / "runs"), name=drafter, drafter=drafter,
-        num_layers=1, block_size=4, mask_token_id=MASK, max_len=256, eval_fraction=0.3, epochs=2, lr=3e-3,
-        anchors=32, eval_prompts=2, eval_max_new_tokens=12, log_every=1, **extra,
-    )  # fmt: skip
+        target="tiny",
+        data=str(calls),
+        runs_dir=str(tmp / "runs"),
+        name=drafter,
+        drafter=drafter,
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK,
+        max_len=256,
+        eval_fraction=0.3,
+        epochs=2,
+        lr=3e-3,
+        anchors=32,
+        eval_prompts=2,
+        eval_max_new_tokens=12,
+        log_every=1,
+        **extra,
+    )
     run = train(cfg, argv=["-m", "trainer", "train"], target=target)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics[-1]["acc"]) == 3  # three drafted tokens per block

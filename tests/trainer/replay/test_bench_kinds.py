@@ -56,14 +56,26 @@ def test_each_kind_is_served_by_its_method_and_dspark_by_our_engine_on_vllm_cpu(
     assert gpu["dflash2"].engine is None
     assert '"num_speculative_tokens": 7' in command("vllm", "smollm2", gpu["dspark"], 1, s)[-1]
 
-    endpoint = {"engine": "x", "spec": {"mal": 2.0}, "tokens_per_s": 1.0, "mean_ttft_s": 0.1, "speedup": 1.0,
-                "outputs_differ": 0, "outputs_compared": 1, "failed": 0, "groups": {}}  # fmt: skip
+    endpoint = {
+        "engine": "x",
+        "spec": {"mal": 2.0},
+        "tokens_per_s": 1.0,
+        "mean_ttft_s": 0.1,
+        "speedup": 1.0,
+        "outputs_differ": 0,
+        "outputs_compared": 1,
+        "failed": 0,
+        "groups": {},
+    }
     report = {
         "selection": {"sampled": 1, "held_out_by": "x", "by_token_ids": 1, "by_chat_fallback": 0},
-        "baseline": "plain", "endpoints": {"plain": {"engine": "vLLM 0.32.0"}, "dspark": {"engine": "stand-in"}},
+        "baseline": "plain",
+        "endpoints": {"plain": {"engine": "vLLM 0.32.0"}, "dspark": {"engine": "stand-in"}},
         "levels": [{"concurrency": 1, "endpoints": {"plain": endpoint, "dspark": endpoint}}],
-        "problems": [], "errors": [], "notes": why,
-    }  # fmt: skip
+        "problems": [],
+        "errors": [],
+        "notes": why,
+    }
     text = markdown(report)
     assert "| 1 | dspark | stand-in † |" in text
     assert f"† dspark: {why['dspark']}" in text

@@ -52,9 +52,15 @@ def test_no_call_records_and_a_malformed_endpoint(tmp_path: Path) -> None:
 @pytest.mark.slow  # loads tiny-qwen3 and serves it
 def test_a_speculative_endpoint_without_counters(dataset: Path, plain: Live, tmp_path: Path) -> None:
     code, out = _replay(
-        "--data", str(dataset), "--endpoint", f"base={plain.url}", "--endpoint", f"dflash={plain.url}",
-        "--out", str(tmp_path / "o"),
-    )  # fmt: skip
+        "--data",
+        str(dataset),
+        "--endpoint",
+        f"base={plain.url}",
+        "--endpoint",
+        f"dflash={plain.url}",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert code == 2
     assert "endpoint dflash" in out
     assert "is labelled speculative but its /metrics has no vllm:spec_decode_* counters" in out

@@ -71,10 +71,16 @@ def test_features_from_a_server_store_its_taps_with_only_the_shared_weights_load
     aux = to_vllm(TAPS, 4)
     with extraction_server(full, aux, tmp_path / "hs") as url:
         cfg = TrainConfig(
-            target=str(model_dir), data=str(calls), runs_dir=str(tmp_path / "runs"), num_layers=1,
-            target_layer_ids=TAPS, mask_token_id=MASK, eval_fraction=0.3, feature_source="vllm",
+            target=str(model_dir),
+            data=str(calls),
+            runs_dir=str(tmp_path / "runs"),
+            num_layers=1,
+            target_layer_ids=TAPS,
+            mask_token_id=MASK,
+            eval_fraction=0.3,
+            feature_source="vllm",
             vllm={"url": url, "launched_aux_layer_ids": aux},
-        )  # fmt: skip
+        )
         made = features(cfg, tmp_path / "features", dtype="float32")
     seqs = [s.input_ids for s in data_build.read(tmp_path / "features/data/train.parquet")]
     got = CacheSource(tmp_path / "features").taps_many(seqs, TAPS)

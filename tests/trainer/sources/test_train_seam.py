@@ -31,11 +31,21 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
     target = tiny_target(layers=4)
     calls = write_calls(target, tmp_path / "calls.parquet", sessions=3, calls=2, new_tokens=16)
     base = dict(
-        target="tiny", data=str(calls), runs_dir=str(tmp_path / "runs"), num_layers=1, block_size=4,
-        mask_token_id=MASK, max_len=256, eval_fraction=0.1, max_steps=3, lr=3e-3, anchors=16,
-        target_layer_ids=[0, 2], log_every=1,
+        target="tiny",
+        data=str(calls),
+        runs_dir=str(tmp_path / "runs"),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK,
+        max_len=256,
+        eval_fraction=0.1,
+        max_steps=3,
+        lr=3e-3,
+        anchors=16,
+        target_layer_ids=[0, 2],
+        log_every=1,
         prefix_sharing=False,  # hf then taps each whole sequence, as the sources do
-    )  # fmt: skip
+    )
     hf_run = train(TrainConfig(**base, name="hf"), target=target)
     # `python -m trainer write-features RUN OUT`: the run's config and built data
     features(
