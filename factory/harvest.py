@@ -17,90 +17,29 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-from pydantic import Field, model_validator
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import connect, default_url, session_factory
+from factory.harvest_options import HarvestOptions
 from factory.ingest import sample
 from factory.ingest.translate import Translator, translate_in_background
 from factory.publish.export import ExportStats, export, load_tokenizer
 from factory.run import queue
 from factory.run.ledger import Ledger
 from factory.run.lifecycle import run_scope
-from factory.run.plan import PlanConfig, PlanOptions, plan
+from factory.run.plan import PlanConfig, plan
 from factory.run.progress import Progress
 from factory.run.runner import RunConfig, Runner
-from factory.run.runner_types import SANDBOX, RunnerArgs, SessionRunner
-from factory.run.runners import RAY_EGRESS, EgressOption, RunnerName, get_runner, uses_sandboxes
+from factory.run.runner_types import RunnerArgs, SessionRunner
+from factory.run.runners import get_runner, uses_sandboxes
 from factory.run.sandbox_runner import build_image, ensure_docker
-from factory.run.services import ServiceOptions, services, upload_to_store
+from factory.run.services import services, upload_to_store
 from proxy.roller import roll_data_dir
-from serving.launch import served_template
 
-__all__ = ["HarvestOptions", "run_harvest"]
-
-
-class HarvestOptions(ServiceOptions, PlanOptions, EgressOption):
-    """Every option of `harvest`; the command line is generated from these fields."""
-
-    db: str | None = Field(default=None, description="SQLAlchemy URL (default: SQLite DATA_DIR/factory.db).")
-    github_token: str | None = Field(
-        default=None, description="GitHub token; unset: the bundled offline sample."
-    )
-    limit: int = Field(default=6, ge=0, description="Sessions to run.")
-    # The CPU stand-in serves one forward at a time: more sessions only interleave.
-    concurrency: int = Field(default=1, ge=1, description="Sessions run at once.")
-    repos_limit: int | None = Field(
-        default=None, ge=1, description="GitHub: the first N repositories of repos.yaml only."
-    )
-    translate_limit: int | None = Field(default=None, ge=0, description="Issues to translate at most.")
-    translate_concurrency: int = Field(
-        default=2, ge=1, description="Translation requests in flight at once (beside the sessions)."
-    )
-    session_timeout: float = Field(default=600.0, gt=0, description="Seconds an agent may run.")
-    held_out: float = Field(
-        default=0.05, ge=0, lt=1, description="Fraction of repositories in the test split."
-    )
-    image: str | None = Field(default=None, description="Agents image (default: build or find).")
-    runner: RunnerName = Field(
-        default=SANDBOX,
-        description="sandbox (each agent in a Docker sandbox), or fake (scripted sessions, no Docker).",
-    )
-    sandbox_command: str | None = Field(
-        default=None,
-        description="Run this shell command in each sandbox instead of the agent ({session}: the attempt's "
-        "proxy session id); for confinement checks and tests.",
-    )
-    ray: str | None = Field(
-        default=None,
-        description="Place the sessions on this Ray cluster (HEAD:6379) instead of this host (docs/factory.md).",
-    )
-    tokenizer: str | None = Field(
-        default=None,
-        description="The target's tokenizer (a folder or a Hub name) with which the export redacts a secret "
-        "inside exact token ids; unset: what the target serves (its /v1/models root) when that is a folder "
-        "here or a Hub name. Without one, a call whose text holds a secret loses its ids.",
-    )
-    chat_template: str | None = Field(
-        default=None,
-        description="The chat template (a jinja file) the target serves with, where it is not its "
-        "tokenizer's: the export renders the chat view with it to check it against the prompt ids. Unset: "
-        "the --chat-template of --target-arg, or the project's for a SmolLM2 target started here.",
-    )
-    store_url: str | None = Field(
-        default=None,
-        description="Where the calls and transcripts land and the export reads them (s3://…, gs://…, a folder); "
-        "with --ray, the nodes' store. Unset: DATA_DIR/calls.",
-    )
-
-    @model_validator(mode="after")
-    def _egress_here_only(self) -> HarvestOptions:
-        if self.ray and self.egress:
-            raise ValueError(RAY_EGRESS)
-        return self
+__all__ = ["HarvestOptions", "run_harvest"]  # HarvestOptions: factory/harvest_options.py
 
 
 Sessions = sessionmaker[OrmSession]
@@ -119,8 +58,13 @@ def _issues(opts: HarvestOptions, sessions: Sessions, console: Console) -> dict[
 
     api = os.environ.get("GITHUB_API_URL", "https://api.github.com")
     with GitHubClient(opts.github_token, base_url=api, cache=DbEtagCache(sessions)) as gh:
-        rep = harvest(sessions, registry.load(), gh, limit_repos=opts.repos_limit,
-                      on_repo=lambda n, k: console.print(f"  {n}: +{k} issues"))  # fmt: skip
+        rep = harvest(
+            sessions,
+            registry.load(),
+            gh,
+            limit_repos=opts.repos_limit,
+            on_repo=lambda n, k: console.print(f"  {n}: +{k} issues"),
+        )
     console.print(f"[bold]issues[/] +{rep.issues_new} from {rep.repos_ok} repositories")
     if rep.missing:
         console.print(f"[yellow]not found on GitHub (404):[/] {', '.join(rep.missing)}")
@@ -129,14 +73,6 @@ def _issues(opts: HarvestOptions, sessions: Sessions, console: Console) -> dict[
 
 # A Hub model id (`org/name`): vLLM's `root` when it was started with one.
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
-
-
-def _served_template(opts: HarvestOptions) -> str | None:
-    """The template the target renders with when it is not its tokenizer's (the export checks with it)."""
-    args = list(opts.target_arg)
-    if opts.chat_template or "--chat-template" in args[:-1]:
-        return opts.chat_template or args[args.index("--chat-template") + 1]
-    return None if opts.target_url else served_template(opts.target_model)
 
 
 def _served_tokenizer(root: str, console: Console) -> str | None:
@@ -165,8 +101,14 @@ def _session_runner(opts: HarvestOptions, model: str, ledger: Ledger, console: C
         )
         ensure_docker()
         image = image or build_image(lambda line: console.print(f"  {line}"))
-    args = RunnerArgs(model=model, image=image, time_limit_s=opts.session_timeout,
-                      run_id=ledger.record.run_id, command=opts.sandbox_command, egress=opts.egress)  # fmt: skip
+    args = RunnerArgs(
+        model=model,
+        image=image,
+        time_limit_s=opts.session_timeout,
+        run_id=ledger.record.run_id,
+        command=opts.sandbox_command,
+        egress=opts.egress,
+    )
     return get_runner(opts.runner, args)
 
 
@@ -198,7 +140,7 @@ def _sessions_stage(
     with services(opts, console, ledger, store_url=opts.store_url) as (proxy, _target, model, root):
         summary["target_model"] = model
         summary["tokenizer"] = opts.tokenizer or _served_tokenizer(root, console)
-        summary["chat_template"] = _served_template(opts)
+        summary["chat_template"] = opts.served_template()
         cfg = opts.plan_config()
         ps = plan(sessions, cfg)  # English sessions, and Korean ones of issues translated before
         unfixed = f"; {ps.without_fix} issues without a known fix left out" if cfg.require_fix else ""
@@ -206,22 +148,35 @@ def _sessions_stage(
         # Translations (tagged: kept out of the agent data) run beside the sessions; each accepted one
         # plans its issue's Korean sessions at once, so they start without waiting for the rest.
         translating = translate_in_background(
-            sessions, Translator(f"{proxy}/s/translate/v1", model=model), limit=opts.translate_limit,
-            concurrency=opts.translate_concurrency, on_done=_planner(sessions, cfg, console),
-        )  # fmt: skip
+            sessions,
+            Translator(f"{proxy}/s/translate/v1", model=model),
+            limit=opts.translate_limit,
+            concurrency=opts.translate_concurrency,
+            on_done=_planner(sessions, cfg, console),
+        )
         if opts.ray:  # many hosts: Ray is imported only then (an optional heavy dependency)
             from factory.run.ray_runner import run_on_cluster
 
             if not opts.target_url:
-                console.print("[yellow]ray[/] the CPU stand-in listens on this host's loopback: only nodes on "
-                              "this host reach it; set TARGET_URL to a target every node reaches")  # fmt: skip
+                console.print(
+                    "[yellow]ray[/] the CPU stand-in listens on this host's loopback: only nodes on "
+                    "this host reach it; set TARGET_URL to a target every node reaches"
+                )
             cluster_cfg = RunConfig(proxy_url="ray://node-proxy", data_dir=opts.data_dir, limit=opts.limit)
             summary["run"] = run_on_cluster(
-                sessions, cluster_cfg, address=opts.ray, store_url=opts.store_url,
-                upstream=opts.target_url or _target, upstream_api=opts.proxy_upstream_api(), runner=opts.runner,
-                model=model, image=opts.image, time_limit_s=opts.session_timeout, console=console,
+                sessions,
+                cluster_cfg,
+                address=opts.ray,
+                store_url=opts.store_url,
+                upstream=opts.target_url or _target,
+                upstream_api=opts.proxy_upstream_api(),
+                runner=opts.runner,
+                model=model,
+                image=opts.image,
+                time_limit_s=opts.session_timeout,
+                console=console,
                 more_coming=lambda: not translating.done(),
-            )  # fmt: skip
+            )
             summary["translated"] = _translated(translating, console)
             return summary
         session_runner = _session_runner(opts, model, ledger, console)
@@ -234,8 +189,12 @@ def _sessions_stage(
             stats = runner.run(on_tick=progress.tick)
         progress.final(runner)
         summary["translated"] = _translated(translating, console)
-        summary["run"] = {"done": stats.done, "agent_failed": stats.agent_failed,
-                          "infra_failed": stats.infra_failed, "retries": stats.infra_retries}  # fmt: skip
+        summary["run"] = {
+            "done": stats.done,
+            "agent_failed": stats.agent_failed,
+            "infra_failed": stats.infra_failed,
+            "retries": stats.infra_retries,
+        }
     return summary
 
 
@@ -269,11 +228,18 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         progress=lambda line: console.print(f"export {line}", markup=False, soft_wrap=True),
     )
     summary["dataset"] = str(out)
-    summary["export"] = {"sessions": es.sessions, "calls": es.calls, "by_agent_lang": es.by_cell,
-                         "secrets": dict(es.secrets), "duplicates_dropped": es.duplicates_dropped,
-                         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
-                         "exact_ids_fraction": es.exact_ids_fraction, "ids_redacted": es.ids_redacted,
-                         "token_ids_dropped": es.token_ids_dropped, "held_out_by": es.split_by}  # fmt: skip
+    summary["export"] = {
+        "sessions": es.sessions,
+        "calls": es.calls,
+        "by_agent_lang": es.by_cell,
+        "secrets": dict(es.secrets),
+        "duplicates_dropped": es.duplicates_dropped,
+        "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
+        "exact_ids_fraction": es.exact_ids_fraction,
+        "ids_redacted": es.ids_redacted,
+        "token_ids_dropped": es.token_ids_dropped,
+        "held_out_by": es.split_by,
+    }
     summary["elapsed_s"] = round(time.monotonic() - t0, 1)
     summary["queue"] = queue.counts(sessions)
     print_summary(console, summary, es)
@@ -286,10 +252,18 @@ def print_summary(console: Console, summary: dict[str, object], es: ExportStats)
         t.add_column(col, justify="right" if col not in ("agent", "language") else "left")
     rows = [(cell.split("/", 1), c) for cell, c in sorted(es.by_cell.items())]
     for (agent, lang), c in [*rows, (["all", ""], es.totals())]:
-        t.add_row(agent, lang, str(c["sessions"]), str(c["calls"]),
-                  f"{c['prompt_tokens']:,}", f"{c['completion_tokens']:,}")  # fmt: skip
+        t.add_row(
+            agent,
+            lang,
+            str(c["sessions"]),
+            str(c["calls"]),
+            f"{c['prompt_tokens']:,}",
+            f"{c['completion_tokens']:,}",
+        )
     console.print(t)
     kept = "n/a" if es.exact_ids_fraction is None else f"{es.exact_ids_fraction:.1%}"
-    console.print(f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}  ·  "
-                  f"calls keeping exact ids: {kept} ({es.ids_redacted} with a secret redacted in them)  ·  "
-                  f"held out by {es.split_by}")  # fmt: skip
+    console.print(
+        f"queue: {summary['queue']}  ·  secrets scrubbed: {dict(es.secrets) or 'none'}  ·  "
+        f"calls keeping exact ids: {kept} ({es.ids_redacted} with a secret redacted in them)  ·  "
+        f"held out by {es.split_by}"
+    )

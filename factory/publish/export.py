@@ -33,15 +33,16 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Session
-from factory.publish.card import ExportStats, card, plots, stats_json
+from factory.publish.card import card, plots
 from factory.publish.chat_check import ChatCheck
 from factory.publish.chat_rows import ChatView
-from factory.publish.incremental import SessionScrubber, scrub_row
+from factory.publish.incremental import SessionScrubber, scrub_call
 from factory.publish.redact_ids import IdsRedactor
 from factory.publish.regenerated import Sources, publishable
 from factory.publish.rows import call_row, calls_per_session, dedup_key, part_files, read_calls
 from factory.publish.scrub import PUBLIC_CONSTANTS, Scrubber
 from factory.publish.sessions import plan_splits, session_rows
+from factory.publish.stats import ExportStats, stats_json
 from factory.publish.tokenizer import load_tokenizer, tokenizer_sha256
 from factory.publish.trajectories import SessionTrajectories
 from factory.publish.writers import Writers
@@ -245,7 +246,7 @@ def _write_calls(
             seen.add(key)
             row = call_row(call, sess, turns[proxy_sid], cfg.target_model)
             turns[proxy_sid] += 1
-            _scrub(row, proxy_sid, state, stats)
+            scrub_call(row, proxy_sid, state, stats)
             split = plan.sides[sess["session_id"]]
             stats.count_call(row, sess, split)
             open_.setdefault(proxy_sid, SessionTrajectories(sess, on_view)).add(row)
@@ -257,36 +258,6 @@ def _write_calls(
                     writers.emit(open_.pop(proxy_sid), side, stats, sources)
     for proxy_sid in sorted(open_):  # sessions with calls the count did not foresee
         writers.emit(open_[proxy_sid], plan.sides[by_proxy[proxy_sid]["session_id"]], stats, sources)
-
-
-def _scrub(row: dict[str, Any], proxy_sid: str, state: SessionScrubber, stats: ExportStats) -> None:
-    """Scrub the text; redact secrets inside the ids, or drop the ids when that cannot be done."""
-    prompt, completion = row.get("prompt_token_ids"), row.get("completion_token_ids")
-    has_ids = prompt is not None or completion is not None
-    text_hits = scrub_row(row, state, proxy_sid, stats.secrets)
-    if not has_ids:
-        return
-    stats.calls_with_ids += 1
-    if state.redactor is None:
-        ok, found = not text_hits, 0
-        new_p, new_c = prompt, completion
-    else:
-        new_p, n1 = (
-            state.prompt_ids(proxy_sid, prompt, stats.secrets_in_ids) if prompt is not None else (None, 0)
-        )
-        new_c, n2 = (
-            state.completion_ids(completion, stats.secrets_in_ids) if completion is not None else (None, 0)
-        )
-        ok = (prompt is None or new_p is not None) and (completion is None or new_c is not None)
-        found = n1 + n2
-    if not ok:
-        row.update(prompt_token_ids=None, completion_token_ids=None, token_ids_source=None,
-                   ids_exact=None, ids_redacted=None)  # fmt: skip
-        stats.token_ids_dropped += 1
-        return
-    row.update(prompt_token_ids=new_p, completion_token_ids=new_c, ids_redacted=bool(found))
-    stats.ids_redacted += bool(found)
-    stats.calls_with_ids_kept += 1
 
 
 def _write_sessions(

@@ -18,6 +18,7 @@ import numpy as np
 
 from factory.publish.redact_ids import IdsRedactor
 from factory.publish.scrub import Finding, Scrubber
+from factory.publish.stats import ExportStats
 from records.dataset import common_prefix, common_prefix_str, common_suffix_str
 
 # Characters scanned before / after the changed middle of a request: longer than any token shape with its
@@ -105,3 +106,38 @@ def scrub_row(row: dict[str, Any], state: SessionScrubber, session: str, counts:
         row[col], n = state.scrubber.scrub(row.get(col), counts)
         hits += n
     return hits
+
+
+def scrub_call(row: dict[str, Any], proxy_sid: str, state: SessionScrubber, stats: ExportStats) -> None:
+    """Scrub a call row's text; redact secrets inside its ids, or drop the ids when that cannot be done."""
+    prompt, completion = row.get("prompt_token_ids"), row.get("completion_token_ids")
+    has_ids = prompt is not None or completion is not None
+    text_hits = scrub_row(row, state, proxy_sid, stats.secrets)
+    if not has_ids:
+        return
+    stats.calls_with_ids += 1
+    if state.redactor is None:
+        ok, found = not text_hits, 0
+        new_p, new_c = prompt, completion
+    else:
+        new_p, n1 = (
+            state.prompt_ids(proxy_sid, prompt, stats.secrets_in_ids) if prompt is not None else (None, 0)
+        )
+        new_c, n2 = (
+            state.completion_ids(completion, stats.secrets_in_ids) if completion is not None else (None, 0)
+        )
+        ok = (prompt is None or new_p is not None) and (completion is None or new_c is not None)
+        found = n1 + n2
+    if not ok:
+        row.update(
+            prompt_token_ids=None,
+            completion_token_ids=None,
+            token_ids_source=None,
+            ids_exact=None,
+            ids_redacted=None,
+        )
+        stats.token_ids_dropped += 1
+        return
+    row.update(prompt_token_ids=new_p, completion_token_ids=new_c, ids_redacted=bool(found))
+    stats.ids_redacted += bool(found)
+    stats.calls_with_ids_kept += 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from factory.publish.card import SCHEMAS, ExportStats
 from factory.publish.regenerated import Sources
 from factory.publish.shards import ShardWriter
+from factory.publish.stats import SCHEMAS, ExportStats
 from factory.publish.trajectories import SessionTrajectories
 from records.sequences import Sequence
 

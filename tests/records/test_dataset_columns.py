@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from factory.publish.card import SCHEMAS
+from factory.publish.stats import SCHEMAS
 from records.dataset import join_request, split_request
 from records.dataset_columns import COLUMN_DOCS
 
