@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from trainer.data.build import build_from_examples, heldout_call_ids
 from trainer.data.records import CallExample, Report
-from trainer.regenerate import sample_id
+from trainer.regenerate_rows import sample_id
 
 
 def call(cid: str, session: str, t: float, prompt: list[int], completion: list[int]) -> CallExample:
