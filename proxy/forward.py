@@ -18,77 +18,34 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 import httpx
 
 from proxy import errors
 from proxy.asgi import Flight, Receive, Responder, watch_disconnect
-from proxy.codec import StreamDecoder, decode_body
-from proxy.config import ProxySettings
-from proxy.errors import ProxyError
+from proxy.codec import decode_body
 from proxy.exchange import Exchange
+from proxy.forward_stream import relay_stream
 from proxy.headers import response_headers, upstream_headers
-from proxy.metrics import ProxyMetrics
-from proxy.record import Call, Spill
-from proxy.sink import CallSink
-from proxy.upstream import UpstreamClients
+from proxy.record import Call
+from proxy.relaying import FINAL_SEND_S, Relaying, ResponseBody, SpillFailed
 from proxy.validate import Rejected
 from wire import shape_of
 
 log = logging.getLogger(__name__)
-_FINAL_SEND_S = 5.0  # the longest the proxy waits on a client that stopped reading, once the call is over
 
 
-class Relaying(Protocol):
-    """What an exchange needs of the relay that accepted its call (`proxy.relay.Relay`, which imports this
-    module: the relay is seen through this, so the two never import each other)."""
-
-    settings: ProxySettings
-    client: UpstreamClients
-    sink: CallSink
-    metrics: ProxyMetrics
-    flights: set[Flight]
-
-    async def reject(
-        self, out: Responder, call: Call, family: str, rej: Rejected, *, unread: bool = False
-    ) -> None: ...
-
-    async def record(self, call: Call, *, wait: bool) -> bool: ...
-
-
-class SpillFailed(ProxyError):
-    def __init__(self, error: OSError) -> None:
-        super().__init__(f"the proxy cannot record this call: {error.strerror or error}")
-        self.error = error
-
-
-class ResponseBody:
-    """The response as it arrives: in memory up to a budget, then appended to a spill file."""
-
-    def __init__(self, call: Call, relay: Relaying) -> None:
-        self._call, self._dir = call, relay.sink.spill_dir
-        self._budget, self._held = relay.settings.stream_memory_bytes, 0
-
-    async def add(self, chunk: bytes) -> None:
-        call = self._call
-        call.response_chunks.append(chunk)
-        self._held += len(chunk)
-        if self._held <= self._budget or self._dir is None:
-            return
-        data = b"".join(call.response_chunks)
-        call.response_chunks, self._held = [], 0
-        try:
-            if call.response_spill is None:
-                call.response_spill = await anyio.to_thread.run_sync(Spill.create, self._dir)
-            await anyio.to_thread.run_sync(call.response_spill.write, data)
-        except OSError as exc:
-            raise SpillFailed(exc) from exc
-
-
-async def forward(relay: Relaying, scope: dict[str, Any], receive: Receive, out: Responder, call: Call,
-                  family: str, exchange: Exchange) -> None:  # fmt: skip
+async def forward(
+    relay: Relaying,
+    scope: dict[str, Any],
+    receive: Receive,
+    out: Responder,
+    call: Call,
+    family: str,
+    exchange: Exchange,
+) -> None:
     flight = Flight()
     relay.flights.add(flight)
     try:
@@ -102,8 +59,15 @@ async def forward(relay: Relaying, scope: dict[str, Any], receive: Receive, out:
         relay.flights.discard(flight)
 
 
-async def _exchange(relay: Relaying, scope: dict[str, Any], out: Responder, call: Call, family: str,
-                    exchange: Exchange, flight: Flight) -> None:  # fmt: skip
+async def _exchange(
+    relay: Relaying,
+    scope: dict[str, Any],
+    out: Responder,
+    call: Call,
+    family: str,
+    exchange: Exchange,
+    flight: Flight,
+) -> None:
     try:
         client, request = _request(relay, scope, call, exchange)
     except (httpx.InvalidURL, ValueError, TypeError) as exc:
@@ -129,12 +93,14 @@ async def _exchange(relay: Relaying, scope: dict[str, Any], out: Responder, call
         call.outcome, call.error = "upstream_error", f"upstream answered {resp.status_code}"
     headers = response_headers(resp.headers.raw, rewrites=exchange.rewrites)
     if "text/event-stream" in (call.response_content_type or ""):
-        await _stream(relay, out, call, resp, exchange, headers, flight)
+        await relay_stream(relay, out, call, resp, exchange, headers, flight)
     else:
         await _whole(relay, out, call, family, resp, exchange, headers, flight)
 
 
-def _request(relay: Relaying, scope: dict[str, Any], call: Call, exchange: Exchange) -> tuple[httpx.AsyncClient, httpx.Request]:  # fmt: skip
+def _request(
+    relay: Relaying, scope: dict[str, Any], call: Call, exchange: Exchange
+) -> tuple[httpx.AsyncClient, httpx.Request]:
     url = httpx.URL(relay.settings.upstream + exchange.upstream_path)
     query = scope.get("query_string") or b""
     # The client's query string belongs to its own route (Claude Code's `?beta=true`), not to a translated one.
@@ -172,8 +138,16 @@ async def _fail(relay: Relaying, out: Responder, call: Call, family: str, failur
     await out.error(family, status, reason)
 
 
-async def _whole(relay: Relaying, out: Responder, call: Call, family: str, resp: httpx.Response,
-                 exchange: Exchange, headers: list[tuple[bytes, bytes]], flight: Flight) -> None:  # fmt: skip
+async def _whole(
+    relay: Relaying,
+    out: Responder,
+    call: Call,
+    family: str,
+    resp: httpx.Response,
+    exchange: Exchange,
+    headers: list[tuple[bytes, bytes]],
+    flight: Flight,
+) -> None:
     body = ResponseBody(call, relay)
     failure: Failure | None = None
     with flight.scope():
@@ -187,7 +161,7 @@ async def _whole(relay: Relaying, out: Responder, call: Call, family: str, resp:
         except SpillFailed as exc:
             relay.sink.report(exc.error)
             failure = (503, "upstream_error", str(exc))
-    with anyio.CancelScope(shield=True), anyio.move_on_after(_FINAL_SEND_S):
+    with anyio.CancelScope(shield=True), anyio.move_on_after(FINAL_SEND_S):
         await resp.aclose()
     if failure is None and flight.cut_by is not None:
         failure = _cut(relay, flight, "the upstream finished its reply")
@@ -221,78 +195,7 @@ def _client_body(call: Call, status: int, exchange: Exchange) -> tuple[int, Iter
     return status, [body], len(body)
 
 
-async def _stream(relay: Relaying, out: Responder, call: Call, resp: httpx.Response, exchange: Exchange,
-                  headers: list[tuple[bytes, bytes]], flight: Flight) -> None:  # fmt: skip
-    body = ResponseBody(call, relay)
-    enc = call.response_encoding
-    decoder = StreamDecoder(enc) if exchange.rewrites and enc else None
-    # An injected error event is only readable by the client in a stream it gets uncompressed.
-    readable = exchange.rewrites or not enc
-    event: bytes | None = None
-    await out.start(resp.status_code, headers)
-    with flight.scope() as scope:
-        try:
-            async for chunk in resp.aiter_raw():
-                await body.add(chunk)
-                data = exchange.chunk(decoder.feed(chunk) if decoder else chunk)
-                if data:
-                    await out.body(data)
-            tail = exchange.end()
-            if tail:
-                await out.body(tail)
-            call.finish()
-        except httpx.TimeoutException as exc:
-            event = _ends(call, "timeout", f"upstream went quiet mid-stream: {exc!r}", "upstream timed out")
-        except httpx.HTTPError as exc:
-            event = _ends(call, "upstream_error", f"upstream stream broke: {exc!r}", "upstream connection lost mid-stream")  # fmt: skip
-        except SpillFailed as exc:
-            relay.sink.report(exc.error)
-            event = _ends(call, "upstream_error", str(exc), f"{exc}; retry")
-        except Exception as exc:  # a stream the exchange could not handle must not take the proxy down
-            log.exception("relaying call %s failed", call.call_id)
-            event = _ends(call, "upstream_error", f"proxy could not relay the upstream stream: {exc!r}",
-                          "proxy could not relay the upstream stream")  # fmt: skip
-    if scope.cancelled_caught:
-        event = _stream_cut(relay, call, out, flight)
-    await _close_stream(relay, out, call, resp, event if readable else None, readable)
-
-
 def _family(api: str) -> str | None:
     """The error and header family of the call's API (its shape's), None for a name no API has."""
     shape = shape_of(api)
     return shape.family if shape else None
-
-
-def _ends(call: Call, outcome: str, error: str, message: str) -> bytes:
-    call.finish(outcome, error)
-    return errors.stream_error_event(call.api, message)
-
-
-def _stream_cut(relay: Relaying, call: Call, out: Responder, flight: Flight) -> bytes | None:
-    delivered = f"{out.delivered} bytes of the response had been delivered"
-    if flight.cut_by == "client":
-        call.finish("client_disconnected", f"client disconnected; {delivered}")
-        return None
-    deadline = relay.settings.shutdown_timeout_s
-    error = f"cut at the proxy's shutdown deadline ({deadline:g} s); {delivered}"
-    return _ends(call, "timeout", error, "the proxy is shutting down; retry")
-
-
-async def _close_stream(relay: Relaying, out: Responder, call: Call, resp: httpx.Response, event: bytes | None,
-                        readable: bool) -> None:  # fmt: skip
-    with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(_FINAL_SEND_S):
-            await resp.aclose()
-        relay.metrics.response_bytes.inc(out.delivered)
-        if call.outcome == "client_disconnected":
-            await relay.record(call, wait=False)
-            return
-        durable = await relay.record(call, wait=True)
-        with anyio.move_on_after(_FINAL_SEND_S):
-            if not durable and event is None:
-                if not readable:
-                    return  # left unfinished: the client sees a broken stream, not a finished one
-                event = errors.stream_error_event(call.api, "the proxy could not record this call; retry")
-            if event is not None:
-                await out.body(event)
-            await out.end()
