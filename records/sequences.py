@@ -72,7 +72,7 @@ class Sequence:
 
     @property
     def supervised(self) -> int:
-        return int(sum(self.loss_mask))
+        return int(np.count_nonzero(np.asarray(self.loss_mask)))
 
     @property
     def held_out(self) -> bool:
@@ -152,13 +152,21 @@ class SessionMerge:
         best.calls.append(call_id)
 
     def sequences(
-        self, session_id: str | None, *, repo: str | None, agent: str, lang: str, split: str = TRAIN
+        self,
+        session_id: str | None,
+        *,
+        repo: str | None,
+        agent: str,
+        lang: str,
+        split: str = TRAIN,
+        arrays: bool = False,
     ) -> list[Sequence]:
-        """The chains as sequences, `<session_id>-s<k>` in the order they were started."""
+        """The chains as sequences, `<session_id>-s<k>` in the order they were started. `arrays`: ids and
+        mask stay int32 / int8 numpy arrays (the export writes them to Arrow without a Python list)."""
         return [
             Sequence(
-                input_ids=c.ids.tolist(),
-                loss_mask=c.mask.tolist(),
+                input_ids=c.ids if arrays else c.ids.tolist(),  # type: ignore[arg-type]
+                loss_mask=c.mask if arrays else c.mask.tolist(),  # type: ignore[arg-type]
                 span_starts=c.starts,
                 span_ends=c.ends,
                 session_id=session_id,

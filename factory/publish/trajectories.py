@@ -137,7 +137,7 @@ class SessionTrajectories:
             yield Emitted(None, self.loose)
         s = self.session
         seqs = self.merge.sequences(
-            s["session_id"], repo=s["repo"], agent=s["agent"], lang=s["lang"], split=split
+            s["session_id"], repo=s["repo"], agent=s["agent"], lang=s["lang"], split=split, arrays=True
         )
         yield Emitted(None, [], seqs)
 
