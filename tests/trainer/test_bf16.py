@@ -13,7 +13,7 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 
-from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
+from tests.trainer.dflash.tiny import save_tiny, tiny_config, tiny_target, write_calls
 from trainer.evaluate import evaluate
 from trainer.features import features
 from trainer.train import TrainConfig, train
@@ -50,25 +50,8 @@ def run(cfg: TrainConfig) -> Path:
 
 
 def config(model_dir: Path, calls: Path, runs: Path, **kw: Any) -> TrainConfig:
-    base = dict(
-        target=str(model_dir),
-        data=str(calls),
-        runs_dir=str(runs),
-        num_layers=1,
-        block_size=4,
-        mask_token_id=MASK,
-        max_len=256,
-        eval_fraction=0.3,
-        max_steps=3,
-        lr=3e-3,
-        anchors=16,
-        target_layer_ids=[0, 2],
-        log_every=1,
-        eval_every=3,
-        eval_prompts=2,
-        eval_max_new_tokens=12,
-    )
-    return TrainConfig(**{**base, **kw})
+    base = dict(max_steps=3, anchors=16, target_layer_ids=[0, 2], eval_every=3, eval_prompts=2)
+    return tiny_config(str(model_dir), calls, runs, **{**base, "eval_max_new_tokens": 12, **kw})
 
 
 def _metrics(run: Path, name: str) -> list[dict[str, Any]]:

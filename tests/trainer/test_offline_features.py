@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from lm.loading import load_shared_weights
 from tests.support import REPO_ROOT, free_port
-from tests.trainer.dflash.tiny import MASK, save_tiny, tiny_target, write_calls
+from tests.trainer.dflash.tiny import save_tiny, tiny_config, tiny_target, write_calls
 from trainer import features as features_mod
 from trainer.data import build as data_build
 from trainer.data.units import session_units
@@ -58,22 +58,9 @@ def calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def config(model_dir: Path, calls: Path, runs: Path, **kw: Any) -> TrainConfig:
-    base = dict(
-        target=str(model_dir),
-        data=str(calls),
-        runs_dir=str(runs),
-        num_layers=1,
-        block_size=4,
-        mask_token_id=MASK,
-        max_len=256,
-        eval_fraction=0.3,
-        max_steps=3,
-        lr=3e-3,
-        anchors=16,
-        target_layer_ids=TAPS,
-        log_every=1,
+    return tiny_config(
+        str(model_dir), calls, runs, **{"max_steps": 3, "anchors": 16, "target_layer_ids": TAPS, **kw}
     )
-    return TrainConfig(**{**base, **kw})
 
 
 def shard_tensors(root: Path) -> dict[str, dict[str, torch.Tensor]]:

@@ -17,7 +17,7 @@ import yaml
 from safetensors import safe_open
 
 from tests.trainer.dflash.test_model import expected_shapes
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from tests.trainer.dflash.tiny import MASK, tiny_config, tiny_target, write_calls
 from trainer import evaluate as evaluate_mod
 from trainer import train as train_mod
 from trainer.dflash.config import REQUIRED_KEYS
@@ -54,25 +54,8 @@ def _rows(path: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 def cfg(tmp: Path, calls: Path, **over) -> TrainConfig:  # type: ignore[no-untyped-def]
-    base = dict(
-        target="tiny",
-        data=str(calls),
-        runs_dir=str(tmp / "runs"),
-        name="t",
-        num_layers=1,
-        block_size=4,
-        mask_token_id=MASK,
-        max_len=256,
-        eval_fraction=0.3,
-        epochs=2,
-        lr=3e-3,
-        anchors=32,
-        eval_prompts=2,
-        eval_max_new_tokens=12,
-        log_every=1,
-    )
-    base.update(over)
-    return TrainConfig(**base)
+    base = dict(name="t", epochs=2, anchors=32, eval_prompts=2, eval_max_new_tokens=12)
+    return tiny_config("tiny", calls, tmp / "runs", **{**base, **over})
 
 
 def test_config_loads_yaml_and_overrides(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -127,26 +128,37 @@ def save_tiny(out: Path, target: Target | None = None) -> Path:
     return out
 
 
-def train_kind(tmp: Path, calls: Path, target: Target, drafter: str, **extra: object) -> Path:
-    """A drafter of kind ``drafter`` trained, evaluated and exported by the commands `make train` runs
-    (block 4: three drafted tokens), checked on the way (the kind it trained, lossless decoding); its export."""
-    cfg = TrainConfig(
-        target="tiny",
+def tiny_config(target: str, calls: Path, runs: Path, **over: Any) -> TrainConfig:
+    """The small training run the trainer's tests share (one drafter layer, block 4, 256 tokens); `over`
+    sets what a test is about."""
+    base: dict[str, Any] = dict(
+        target=target,
         data=str(calls),
-        runs_dir=str(tmp / "runs"),
-        name=drafter,
-        drafter=drafter,
+        runs_dir=str(runs),
         num_layers=1,
         block_size=4,
         mask_token_id=MASK,
         max_len=256,
         eval_fraction=0.3,
-        epochs=2,
         lr=3e-3,
+        log_every=1,
+    )
+    return TrainConfig(**{**base, **over})
+
+
+def train_kind(tmp: Path, calls: Path, target: Target, drafter: str, **extra: object) -> Path:
+    """A drafter of kind ``drafter`` trained, evaluated and exported by the commands `make train` runs
+    (block 4: three drafted tokens), checked on the way (the kind it trained, lossless decoding); its export."""
+    cfg = tiny_config(
+        "tiny",
+        calls,
+        tmp / "runs",
+        name=drafter,
+        drafter=drafter,
+        epochs=2,
         anchors=32,
         eval_prompts=2,
         eval_max_new_tokens=12,
-        log_every=1,
         **extra,
     )
     run = train(cfg, argv=["-m", "trainer", "train"], target=target)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.trainer.dflash.tiny import MASK, tiny_target, write_calls
+from tests.trainer.dflash.tiny import tiny_config, tiny_target, write_calls
 from trainer.features import features
 from trainer.sources.cache import CacheSource
 from trainer.sources.numbering import to_vllm
-from trainer.train import TrainConfig, train
+from trainer.train import train
 
 from .conftest import extraction_server
 
@@ -31,25 +31,20 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
     target = tiny_target(layers=4)
     calls = write_calls(target, tmp_path / "calls.parquet", sessions=3, calls=2, new_tokens=16)
     base = dict(
-        target="tiny",
-        data=str(calls),
-        runs_dir=str(tmp_path / "runs"),
-        num_layers=1,
-        block_size=4,
-        mask_token_id=MASK,
-        max_len=256,
         eval_fraction=0.1,
         max_steps=3,
-        lr=3e-3,
         anchors=16,
         target_layer_ids=[0, 2],
-        log_every=1,
         prefix_sharing=False,  # hf then taps each whole sequence, as the sources do
     )
-    hf_run = train(TrainConfig(**base, name="hf"), target=target)
+    hf_run = train(tiny_config("tiny", calls, tmp_path / "runs", **base, name="hf"), target=target)
     # `python -m trainer write-features RUN OUT`: the run's config and built data
     features(
-        TrainConfig(**base), tmp_path / "features", dtype="float32", data_dir=hf_run / "data", target=target
+        tiny_config("tiny", calls, tmp_path / "runs", **base),
+        tmp_path / "features",
+        dtype="float32",
+        data_dir=hf_run / "data",
+        target=target,
     )
     read_on: list[str] = []
     tails = CacheSource.taps_tails
@@ -61,7 +56,15 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(CacheSource, "taps_tails", recorded)
         cache_run = train(
-            TrainConfig(**base, name="cache", feature_source="cache", feature_dir=str(tmp_path / "features")),
+            tiny_config(
+                "tiny",
+                calls,
+                tmp_path / "runs",
+                **base,
+                name="cache",
+                feature_source="cache",
+                feature_dir=str(tmp_path / "features"),
+            ),
             target=target,
         )
     # read ahead on the reader thread while the step before trained (an epoch's first step: here)
@@ -69,6 +72,11 @@ def test_the_three_sources_train_identically(tmp_path: Path) -> None:
     aux = to_vllm([0, 2], target.num_layers)
     with extraction_server(target, aux, tmp_path / "hs") as url:
         vllm = {"url": url, "launched_aux_layer_ids": aux, "verify_with_reference": True}
-        vllm_run = train(TrainConfig(**base, name="vllm", feature_source="vllm", vllm=vllm), target=target)
+        vllm_run = train(
+            tiny_config(
+                "tiny", calls, tmp_path / "runs", **base, name="vllm", feature_source="vllm", vllm=vllm
+            ),
+            target=target,
+        )
     assert len(losses(hf_run)) == 3
     assert losses(hf_run) == losses(cache_run) == losses(vllm_run)
