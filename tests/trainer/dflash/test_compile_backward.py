@@ -18,12 +18,10 @@ import torch._dynamo
 import torch.nn.attention.flex_attention as flex_module
 
 from lm.model import Target
-from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from tests.trainer.dflash.tiny import tiny_drafter, tiny_loss, tiny_target
 from trainer.dflash import compiled as C
-from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
 from trainer.dflash.model import DFlashDraftModel
-from trainer.dflash.objective import dflash_loss
 
 pytestmark = pytest.mark.slow  # AOTAutograd traces flex attention's joint graph for several shapes
 
@@ -67,20 +65,7 @@ def step(
     drafter.zero_grad()
     mode = contextlib.nullcontext() if grad else torch.no_grad()
     with mode, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        out = dflash_loss(
-            drafter,
-            taps=taps,
-            input_ids=ids,
-            loss_mask=mask,
-            anchors=chosen,
-            embed_weight=target.embed_tokens.weight,
-            lm_head_weight=target.lm_head.weight,
-            block_size=B,
-            mask_token_id=MASK,
-            weights=H.loss_weights(B, 2.0),
-            flex=flex,
-            layout=layout,
-        )
+        out = tiny_loss(drafter, target, taps, ids, mask, chosen, block=B, flex=flex, layout=layout)
     if grad:
         out.loss.backward()
     grads = {k: p.grad.clone() for k, p in drafter.named_parameters() if p.grad is not None}

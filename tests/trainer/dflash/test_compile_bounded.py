@@ -14,11 +14,9 @@ import pytest
 import torch
 import torch._dynamo
 
-from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from tests.trainer.dflash.tiny import tiny_drafter, tiny_loss, tiny_target
 from trainer.dflash import compiled as C
-from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
-from trainer.dflash.objective import dflash_loss
 
 pytestmark = pytest.mark.slow  # dynamo traces flex attention for a dozen lengths
 
@@ -45,20 +43,7 @@ def test_many_lengths_compile_two_graphs(monkeypatch: pytest.MonkeyPatch) -> Non
         cand = torch.nonzero(L.candidates(mask, layout)).flatten()
         anchors = torch.sort(cand[torch.randperm(cand.numel(), generator=gen)[: 20 + n // 50]]).values
         with torch.no_grad():
-            out = dflash_loss(
-                drafter,
-                taps=taps,
-                input_ids=ids,
-                loss_mask=mask,
-                anchors=anchors,
-                embed_weight=target.embed_tokens.weight,
-                lm_head_weight=target.lm_head.weight,
-                block_size=B,
-                mask_token_id=MASK,
-                weights=H.loss_weights(B, 2.0),
-                flex=True,
-                layout=layout,
-            )
+            out = tiny_loss(drafter, target, taps, ids, mask, anchors, block=B, flex=True, layout=layout)
         assert torch.isfinite(out.loss)
         graphs.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
     # Per compiled function (flex attention, its block mask): the first length static, then dynamic

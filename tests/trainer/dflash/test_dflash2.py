@@ -13,14 +13,12 @@ import torch
 from safetensors import safe_open
 
 from lm.engine import Engine
-from tests.trainer.dflash.tiny import MASK, context, tiny_target, train_kind, write_calls
+from tests.trainer.dflash.tiny import MASK, context, tiny_loss, tiny_target, train_kind, write_calls
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dflash2 import DFlash2DraftModel, GroupedConv, dflash2_config
 from trainer.dflash.engine import DFlash2Speculative, speculative
-from trainer.dflash.helpers import loss_weights
 from trainer.dflash.kinds import drafted_tokens, load_drafter
 from trainer.dflash.model import DFlashDraftModel
-from trainer.dflash.objective import dflash_loss
 
 
 @pytest.fixture(scope="module")
@@ -99,18 +97,7 @@ def test_the_selector_is_teacher_forced_and_every_part_learns(target) -> None:  
         return terms(hidden, prev, labels, lm_head, head_weight)
 
     d.slot_terms = recording  # type: ignore[method-assign]
-    res = dflash_loss(
-        d,
-        taps=taps,
-        input_ids=ids,
-        loss_mask=mask,
-        anchors=anchors,
-        embed_weight=target.embed_tokens.weight,
-        lm_head_weight=target.lm_head.weight,
-        block_size=4,
-        mask_token_id=MASK,
-        weights=loss_weights(4, 4.0),
-    )
+    res = tiny_loss(d, target, taps, ids, mask, anchors, gamma=4.0)
     # slot k (1..3) of a block follows the TRUE token at anchor + k - 1 (the anchor for slot 1)
     assert sorted(seen[0].tolist()) == sorted(
         int(ids[a + k - 1]) for a in anchors.tolist() for k in (1, 2, 3)

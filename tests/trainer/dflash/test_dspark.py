@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 
 from lm.engine import Engine
-from tests.trainer.dflash.tiny import MASK, context, tiny_target, train_kind, write_calls
+from tests.trainer.dflash.tiny import MASK, context, tiny_loss, tiny_target, train_kind, write_calls
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.engine import DSparkSpeculative, speculative
@@ -38,18 +38,7 @@ def test_the_markov_head_is_teacher_forced_and_every_head_learns(target) -> None
     anchors = torch.tensor([5, 9, 20])
     seen: list[torch.Tensor] = []
     d.markov_head.markov_w1.register_forward_hook(lambda _m, args, _o: seen.append(args[0].clone()))
-    res = dflash_loss(  # one objective for every kind: the kind supplies its slot terms
-        d,
-        taps=taps,
-        input_ids=ids,
-        loss_mask=mask,
-        anchors=anchors,
-        embed_weight=target.embed_tokens.weight,
-        lm_head_weight=target.lm_head.weight,
-        block_size=4,
-        mask_token_id=MASK,
-        weights=loss_weights(4, 4.0),
-    )
+    res = tiny_loss(d, target, taps, ids, mask, anchors, gamma=4.0)  # one objective: the kind adds slot terms
     # three slots per block: slot k follows the TRUE token at anchor + k (the anchor for slot 0)
     assert sorted(seen[0].tolist()) == sorted(int(ids[a + k]) for a in anchors.tolist() for k in range(3))
     assert res.total.tolist() == [3, 3, 3]

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from tests.trainer.dflash.tiny import tiny_drafter, tiny_loss, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
-from trainer.dflash.objective import MASK_ROWS, _create, dflash_loss
+from trainer.dflash.objective import MASK_ROWS, _create
 from trainer.packed import PackedStep, sample_anchors
 
 CPU = torch.device("cpu")
@@ -90,20 +90,7 @@ def test_the_pieced_mask_gives_flex_attention_the_dense_paths_loss() -> None:
     assert anchors.numel() * 4 > MASK_ROWS
 
     def loss(flex: bool) -> torch.Tensor:
-        return dflash_loss(
-            drafter,
-            taps=taps,
-            input_ids=ids,
-            loss_mask=mask,
-            anchors=anchors,
-            embed_weight=target.embed_tokens.weight,
-            lm_head_weight=target.lm_head.weight,
-            block_size=4,
-            mask_token_id=MASK,
-            weights=H.loss_weights(4, 2.0),
-            layout=layout,
-            flex=flex,
-        ).loss
+        return tiny_loss(drafter, target, taps, ids, mask, anchors, layout=layout, flex=flex).loss
 
     with torch.no_grad():
         assert torch.allclose(loss(True), loss(False), atol=1e-5)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from tests.trainer.dflash.tiny import tiny_drafter, tiny_loss, tiny_target
 from trainer.data.build import Sequence
 from trainer.data.units import Segment, Unit, pack, session_units, split_unit, target_tokens
 from trainer.dflash import attention as A
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
-from trainer.dflash.objective import dflash_loss
 from trainer.packed import FeatureMemo, epoch_order, make_step, sample_anchors, unit_features
 
 B = 4
@@ -26,20 +25,7 @@ def _ids(n: int, seed: int) -> list[int]:
 
 
 def _loss(drafter, target, taps, ids, mask, anchors, layout=None, flex=False):  # type: ignore[no-untyped-def]
-    return dflash_loss(
-        drafter,
-        taps=taps,
-        input_ids=ids,
-        loss_mask=mask,
-        anchors=anchors,
-        embed_weight=target.embed_tokens.weight,
-        lm_head_weight=target.lm_head.weight,
-        block_size=B,
-        mask_token_id=MASK,
-        weights=H.loss_weights(B, 2.0),
-        layout=layout,
-        flex=flex,
-    )
+    return tiny_loss(drafter, target, taps, ids, mask, anchors, block=B, layout=layout, flex=flex)
 
 
 def _label_weight(ids, mask, anchors):  # type: ignore[no-untyped-def]

