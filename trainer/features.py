@@ -37,7 +37,8 @@ from lm import load_target
 from lm.loading import load_shared_weights
 from lm.model import Target
 from records.atomic import leftovers
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import TrainConfig
+from trainer.config_cli import ConfigFile, Overrides, load_or_exit
 from trainer.data import build as data_build
 from trainer.data.units import Unit, session_units
 from trainer.dflash.helpers import default_target_layer_ids
@@ -282,17 +283,11 @@ def summary_line(manifest: dict[str, Any], out: Path) -> str:
 @settings_command(FeaturesSettings)
 def features_command(
     settings: FeaturesSettings,
-    config: Path | None = typer.Option(None, "--config", "-c", help="The run config YAML `train` will use."),
-    overrides: list[str] = typer.Option(
-        [], "--set", help="Override one config key: key=value (a YAML value)."
-    ),
+    config: ConfigFile = None,
+    overrides: Overrides = None,
 ) -> None:
     """Run the target once over the training data and store its taps for `feature_source: cache`."""
-    try:
-        cfg = TrainConfig.load(config, overrides)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    cfg = load_or_exit(config, overrides)
     result = features(cfg, settings.out, batch=settings.batch, dtype=settings.dtype, force=settings.force)
     if result.get("entries") is not None:
         typer.echo(summary_line(result, settings.out))

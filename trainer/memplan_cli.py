@@ -3,13 +3,11 @@ largest step sizes that do (trainer/memplan.py predicts; this prints)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 from pydantic import BaseModel, Field
 
 from clikit import settings_command
-from trainer.config import ConfigError, TrainConfig
+from trainer.config_cli import ConfigFile, Overrides, load_or_exit
 from trainer.memplan import GIB, Plan, largest, plan, target_config
 
 
@@ -40,16 +38,14 @@ def table(p: Plan, budget: float) -> str:
 @settings_command(PlanMemorySettings)
 def plan_memory_command(
     settings: PlanMemorySettings,
-    config: Path | None = typer.Option(None, "--config", "-c", help="The run config YAML to plan."),
-    overrides: list[str] = typer.Option(
-        [], "--set", help="Override one config key: key=value (a YAML value)."
-    ),
+    config: ConfigFile = None,
+    overrides: Overrides = None,
 ) -> None:
     """Predict a rank's peak GPU memory for a run config and target, by part, before renting a GPU."""
+    cfg = load_or_exit(config, overrides)
     try:
-        cfg = TrainConfig.load(config, overrides)
         tcfg = target_config(settings.target or cfg.target)
-    except (ConfigError, ValueError) as exc:
+    except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     budget = settings.gpu_memory * GIB

@@ -35,7 +35,8 @@ from lm.loading import load_shared_weights
 from lm.model import Target
 from trainer.checkpoint import Position, StopSignal, latest_checkpoint, save_checkpoint
 from trainer.checkpoint import resume as resume_from
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import TrainConfig
+from trainer.config_cli import ConfigFile, Overrides, load_or_exit
 from trainer.data import build as data_build
 from trainer.data.build import Sequence as TrainSequence
 from trainer.data.units import Unit, session_units, sharing_report
@@ -264,23 +265,15 @@ def train_step(
 @settings_command(TrainConfig, exclude=("launch", "vllm"))  # nested: set with --set vllm.url=...
 def train_command(
     settings: TrainConfig,
-    config: Path | None = typer.Option(
-        None, "--config", "-c", help="A run config YAML (trainer/configs/*.yaml)."
-    ),
-    overrides: list[str] = typer.Option(
-        [], "--set", help="Override one config key: key=value (a YAML value)."
-    ),
+    config: ConfigFile = None,
+    overrides: Overrides = None,
     no_resume: bool = typer.Option(False, "--no-resume", help="Start over even if the run has checkpoints."),
 ) -> None:
     """Train a DFlash drafter for a target on its call records (one process; see `submit` for more).
 
     Precedence: the options given here, then --set, then the --config file, then the defaults."""
     explicit = {k: getattr(settings, k) for k in settings.model_fields_set}
-    try:
-        cfg = TrainConfig.load(config, overrides, explicit)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    cfg = load_or_exit(config, overrides, explicit)
     train(cfg, argv=sys.orig_argv[1:], resume=not no_resume)
 
 
