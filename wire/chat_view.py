@@ -43,12 +43,12 @@ def _json(text: Any) -> Any:
 
 def chat_body(row: Mapping[str, Any], reply: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`row`: a call record's `api`, `request_json`, `translated`, `upstream_request_json`; `reply`: its
-    response in Chat form (for Chat and translated calls) or its own API's shape (the others)."""
+    response as recorded, in the client's API shape (`records.schema`: `response_json`)."""
     api = row.get("api")
     if row.get("translated") and row.get("upstream_request_json"):
         chat = dict(_json(row["upstream_request_json"]))
         if reply is not None:
-            chat["messages"] = [*chat.get("messages", []), assistant_turn(reply)]
+            chat["messages"] = [*chat.get("messages", []), reply_turn(row, reply)]
         return chat
     req = _json(row.get("request_json"))
     if not isinstance(req, dict):
@@ -63,6 +63,24 @@ def chat_body(row: Mapping[str, Any], reply: Mapping[str, Any] | None = None) ->
         raise ChatViewError(f"unsupported_api:{api}")
     body = shape.with_reply(req, reply) if reply is not None else dict(req)
     return dict(shape.to_chat(body).request)
+
+
+def reply_turn(row: Mapping[str, Any], reply: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded reply (its API's shape) as the one Chat assistant turn that follows the prompt: a Chat
+    reply's message; another API's through its translator (its request with its reply, made Chat, ends with
+    that turn)."""
+    api = row.get("api")
+    if api == Api.CHAT:
+        return assistant_turn(reply)
+    shape = shape_of(api)
+    req = _json(row.get("request_json"))
+    if shape is None or shape.to_chat is None or shape.with_reply is None or not isinstance(req, dict):
+        raise ChatViewError(f"unsupported_api:{api}")
+    prompt = shape.to_chat(dict(req)).request.get("messages") or []
+    extra = (shape.to_chat(shape.with_reply(req, reply)).request.get("messages") or [])[len(prompt) :]
+    if len(extra) != 1 or extra[0].get("role") != "assistant":
+        raise ChatViewError("reply_not_one_assistant_turn")
+    return dict(extra[0])
 
 
 def assistant_turn(response: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wire.apis import Api
 from wire.chat_view import (
     ChatViewError,
-    assistant_turn,
     chat_body,
+    reply_turn,
     template_kwargs,
     typed_messages,
     typed_tools,
@@ -44,28 +43,19 @@ def chat_view(row: dict[str, Any], reply_json: str | None) -> ChatView | None:
     kwargs = template_kwargs(body)
     return ChatView(
         typed_messages(body["messages"]),
-        _reply(row, body, reply_json),
+        _reply(row, reply_json),
         typed_tools(body.get("tools")),
         json.dumps(kwargs, ensure_ascii=False, sort_keys=True) if kwargs else None,
     )
 
 
-def _reply(row: dict[str, Any], prompt: dict[str, Any], reply_json: str | None) -> dict[str, Any] | None:
-    """The reply as one assistant message: a Chat reply's own; another API's through its translator (the
-    request with its reply, made Chat, ends with it)."""
+def _reply(row: dict[str, Any], reply_json: str | None) -> dict[str, Any] | None:
+    """The reply as one typed assistant message (None: the recorded reply cannot be made one)."""
     try:
         reply = json.loads(reply_json or "null")
-        if not isinstance(reply, dict):
-            return None
-        if row.get("api") == Api.CHAT:
-            return typed_messages([assistant_turn(reply)])[0]
-        whole = chat_body({**row, "translated": False}, reply)["messages"]
+        return typed_messages([reply_turn(row, reply)])[0] if isinstance(reply, dict) else None
     except (ChatViewError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    extra = whole[len(prompt["messages"]) :]
-    if len(extra) != 1 or extra[0].get("role") != "assistant":
-        return None
-    return typed_messages(extra)[0]
 
 
 def share(prev: ChatView | None, new: ChatView | None) -> int:

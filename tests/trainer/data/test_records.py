@@ -171,15 +171,43 @@ def test_anthropic_rows_render_through_the_proxy_translation(tiny: Target) -> No
 
 
 def test_translated_rows_render_the_request_actually_sent_upstream(tiny: Target) -> None:
+    """The prompt is the Chat body the proxy sent upstream (here it differs from a re-translation of the
+    agent's request: another system prompt); the reply, recorded in the agent's API shape as the proxy
+    records it, becomes the assistant turn through the translator."""
     upstream = json.dumps({"model": "m", "messages": MESSAGES, "tools": TOOLS})
+    tool = {
+        "name": "read_file",
+        "description": "Read a file",
+        "input_schema": TOOLS[0]["function"]["parameters"],
+    }
+    request = {
+        "model": "m",
+        "max_tokens": 64,
+        "system": "Another system prompt.",
+        "messages": [MESSAGES[1]],
+        "tools": [tool],
+    }
+    reply = {
+        "type": "message",
+        "role": "assistant",
+        "stop_reason": "tool_use",
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {"type": "tool_use", "id": "c1", "name": "read_file", "input": {"path": "setup.py"}},
+        ],
+    }
     row = chat_row(
         tiny,
         api="anthropic_messages",
         translated=True,
         upstream_request_json=upstream,
-        request_json="{not json",
+        request_json=json.dumps(request),
+        response_json=json.dumps(reply),
     )
-    assert to_example(tiny, row).prompt_ids == to_example(tiny, chat_row(tiny)).prompt_ids
+    want = to_example(tiny, chat_row(tiny))
+    got = to_example(tiny, row)
+    assert got.prompt_ids == want.prompt_ids
+    assert got.completion_ids == want.completion_ids
 
 
 def test_every_excluded_row_is_counted_by_reason(tiny: Target) -> None:
