@@ -97,9 +97,12 @@ target-standin: install
 # The main job on its embedded default: bundled sample issues (or GitHub with GITHUB_TOKEN), the CPU
 # stand-in target (unless TARGET_URL is set), the proxy, sandboxed agents, and the dataset in
 # $(DATA_DIR)/dataset. More flags through HARVEST_ARGS, e.g. HARVEST_ARGS="--limit 12 --concurrency 2".
+# TARGET=scripted: the rehearsal's scripted brain serves instead (sessions of 5–60 turns of real tool use in the
+# sandboxes, calls tagged rehearsal and never trained on; docs/factory.md "Rehearsing a campaign").
+TARGET ?=
 .PHONY: harvest
 harvest: install vllm docker
-	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(HARVEST_ARGS)
+	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(if $(TARGET),--target-engine $(TARGET)) $(HARVEST_ARGS)
 
 # More supervised tokens from the same sessions: every published training-side agent prompt re-sampled by
 # the serving engine (vLLM CPU started here, or TARGET_URL's with REGEN_ARGS="--url ..."), rows written to

@@ -17,14 +17,20 @@ import typer
 from sqlalchemy.orm import Session as OrmSession
 
 from clikit import settings_command
-from factory import cli_ingest, cli_publish
+from factory import cli_ingest, cli_publish, cli_rehearse
 from factory.cli_common import DataDir, Db, app, console
 from factory.cli_common import db_sessions as _sessions
 from factory.harvest import HarvestOptions
 from factory.run.runners import RAY_EGRESS, RunOptions
 from wire import UpstreamApi
 
-__all__ = ["app", "cli_ingest", "cli_publish", "main"]  # the stage modules register their commands on `app`
+__all__ = [
+    "app",
+    "cli_ingest",
+    "cli_publish",
+    "cli_rehearse",
+    "main",
+]  # the stage modules register their commands on `app`
 
 
 @app.callback()

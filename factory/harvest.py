@@ -225,6 +225,7 @@ def run_harvest(opts: HarvestOptions, console: Console | None = None) -> dict[st
         target_model=summary.get("target_model"),
         tokenizer=summary.get("tokenizer"),
         chat_template=summary.get("chat_template"),
+        rehearsal=opts.target_engine == "scripted",
         progress=lambda line: console.print(f"export {line}", markup=False, soft_wrap=True),
     )
     summary["dataset"] = str(out)

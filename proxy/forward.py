@@ -32,6 +32,7 @@ from proxy.headers import response_headers, upstream_headers
 from proxy.record import Call
 from proxy.relaying import FINAL_SEND_S, Relaying, ResponseBody, SpillFailed
 from proxy.validate import Rejected
+from records.tags import REHEARSAL_HEADER, REHEARSAL_TAG
 from wire import shape_of
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ async def _exchange(
     call.status_code = resp.status_code
     call.response_encoding = resp.headers.get("content-encoding")
     call.response_content_type = resp.headers.get("content-type")
+    if resp.headers.get(REHEARSAL_HEADER) and not call.tag:  # a rehearsal's scripted brain answered
+        call.tag = REHEARSAL_TAG
     if resp.status_code >= 400:
         call.outcome, call.error = "upstream_error", f"upstream answered {resp.status_code}"
     headers = response_headers(resp.headers.raw, rewrites=exchange.rewrites)

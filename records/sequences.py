@@ -94,9 +94,10 @@ class Sequence:
         return cls(**given)
 
 
-def untrainable(row: Mapping[str, Any]) -> str | None:
-    """Why a call record (or published `calls` row, prompt ids rebuilt) is not trained on; None: it is."""
-    if row.get("tag"):
+def untrainable(row: Mapping[str, Any], trained_tags: frozenset[str] = frozenset()) -> str | None:
+    """Why a call record (or published `calls` row, prompt ids rebuilt) is not trained on; None: it is.
+    `trained_tags`: tags whose calls are merged all the same (a rehearsal's export measures its build)."""
+    if row.get("tag") and row["tag"] not in trained_tags:
         return f"tagged:{row['tag']}"
     if (row.get("outcome") or "ok") != "ok" or (row.get("status_code") or 200) != 200:
         return "not_ok"

@@ -1,7 +1,7 @@
 """The package graph: every package imports only the packages below it, and none of another's private names.
 
     clikit records wire           settings→CLI; the contracts (call record, wire formats): import no project package
-    lm       sandboxes            the model layer (target, engine, taps; its CPU stand-in server); the Docker sandboxes
+    lm  sandboxes  rehearsal      the model layer (target, engine, taps; its CPU stand-in server); the Docker sandboxes; the scripted brain
     serving                       the real engine (vLLM): its environment, launch flags and target checks
     proxy    trainer              the recording relay; the drafter's data, model, training and evaluation
     factory                       the job that runs everything
@@ -15,17 +15,18 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("clikit", "records", "wire", "lm", "serving", "sandboxes", "proxy", "trainer", "factory")
+PACKAGES = ("clikit", "records", "wire", "lm", "rehearsal", "serving", "sandboxes", "proxy", "trainer", "factory")
 ALLOWED = {
     "clikit": set(),
     "records": set(),
     "wire": set(),
     "lm": {"clikit", "records", "wire"},
     "sandboxes": {"clikit", "records"},
+    "rehearsal": {"clikit", "records"},
     "proxy": {"clikit", "records", "wire"},
     "serving": {"clikit", "lm"},
     "trainer": {"clikit", "records", "wire", "lm", "serving"},
-    "factory": {"clikit", "records", "wire", "sandboxes", "serving", "proxy"},
+    "factory": {"clikit", "records", "wire", "sandboxes", "serving", "proxy", "rehearsal"},
 }
 
 

@@ -9,7 +9,7 @@ import ast
 import typing
 from pathlib import Path
 
-from factory.run.runner_types import FAKE, SANDBOX, RunnerName
+from factory.run.runner_types import FAKE, REHEARSAL, SANDBOX, RunnerName
 from factory.run.runners import RUNNERS
 from tests.support import REPO_ROOT
 from tests.support.literals import scan, spelled
@@ -37,4 +37,4 @@ def test_the_scan_finds_a_spelled_name(tmp_path: Path) -> None:
 
 
 def test_every_name_has_a_runner() -> None:
-    assert set(RUNNERS) == NAMES == {SANDBOX, FAKE}
+    assert set(RUNNERS) == NAMES == {SANDBOX, FAKE, REHEARSAL}

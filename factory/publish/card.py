@@ -109,10 +109,16 @@ def card(stats: ExportStats, images: list[str], *, held_out: float, repo_id: str
         if stats.tokenizer
         else "the ids were not searched (no tokenizer was given), so a call whose text had a secret lost its ids"
     )
+    rehearsal = (
+        "\n> **REHEARSAL — not training data.** Every call was answered by the scripted brain of a rehearsal "
+        "(`make rehearse`), not by a model; `trainer train` refuses this dataset.\n"
+        if stats.settings.get("rehearsal")
+        else ""
+    )
     return f"""{chr(10).join(_yaml(stats))}
 
 # DFlash factory: coding-agent traffic
-
+{rehearsal}
 Real trajectories of coding agents solving GitHub issues in English and Korean, recorded call by call by
 the dflash-factory proxy, to train speculative-decoding drafters (DFlash) on a target model's own traffic.
 

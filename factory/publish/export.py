@@ -49,6 +49,7 @@ from factory.publish.writers import Writers
 from records import split
 from records.io import regenerated_dir
 from records.storage import calls_store
+from records.tags import REHEARSAL_TAG
 
 __all__ = ["REMEMBERED", "ExportSettings", "ExportStats", "export", "load_tokenizer", "remembered"]
 log = logging.getLogger(__name__)
@@ -95,6 +96,12 @@ class ExportSettings(BaseSettings):
         description="With a tokenizer: how many calls (sampled by id) have their published chat view rendered "
         "with its chat template and compared with their prompt ids, for the card (0: none)",
     )
+    rehearsal: bool = Field(
+        default=False,
+        description="A rehearsal's export: the scripted brain's calls (tagged rehearsal) are merged into "
+        "`sequences` too, so their build is measured; stats.json and the card mark the dataset a rehearsal "
+        "and `trainer train` refuses it",
+    )
     calls_url: str | None = Field(
         default=None,
         description="Read the calls from this storage URL (s3://bucket/run, gs://…; its calls/ folder) "
@@ -104,7 +111,7 @@ class ExportSettings(BaseSettings):
 
 # What a re-export of the same folder keeps unless it is given again: its split and its tokenizer (a
 # re-export after `trainer regenerate` must hold out what the first one did and redact ids the same way).
-REMEMBERED = ("held_out", "tokenizer", "chat_template", "target_model", "repo_id")
+REMEMBERED = ("held_out", "tokenizer", "chat_template", "target_model", "repo_id", "rehearsal")
 
 
 def remembered(out_dir: Path) -> dict[str, Any]:
@@ -249,7 +256,8 @@ def _write_calls(
             scrub_call(row, proxy_sid, state, stats)
             split = plan.sides[sess["session_id"]]
             stats.count_call(row, sess, split)
-            open_.setdefault(proxy_sid, SessionTrajectories(sess, on_view)).add(row)
+            trained = frozenset({REHEARSAL_TAG}) if cfg.rehearsal else frozenset()
+            open_.setdefault(proxy_sid, SessionTrajectories(sess, on_view, trained)).add(row)
         finally:
             if proxy_sid:
                 state.seen(proxy_sid)  # counts the session's calls down

@@ -66,8 +66,13 @@ OnView = Callable[[dict[str, Any], Any, ChatView], None]
 
 
 class SessionTrajectories:
-    def __init__(self, session: dict[str, Any], on_view: OnView | None = None) -> None:
-        self.session, self.on_view = session, on_view
+    def __init__(
+        self,
+        session: dict[str, Any],
+        on_view: OnView | None = None,
+        trained_tags: frozenset[str] = frozenset(),
+    ) -> None:
+        self.session, self.on_view, self.trained_tags = session, on_view, trained_tags
         self.trajectories: list[_Trajectory] = []
         self.loose: list[dict[str, Any]] = []  # calls with neither ids nor a message list
         self.merge = SessionMerge()
@@ -87,7 +92,7 @@ class SessionTrajectories:
         if (
             prompt is not None
             and completion is not None
-            and untrainable({**row, "prompt_token_ids": prompt}) is None
+            and untrainable({**row, "prompt_token_ids": prompt}, self.trained_tags) is None
         ):
             self.merge.add(row["call_id"], prompt, completion)
             self.prompt_hashes[row["call_id"]] = ids_hash(prompt)

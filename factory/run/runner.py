@@ -18,12 +18,15 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import httpx
 import zstandard
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from factory.db import utcnow
 from factory.run import queue
@@ -33,6 +36,7 @@ from factory.run.tasks import build_task
 from records.atomic import write_bytes
 
 log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RunConfig(BaseModel):
@@ -88,6 +92,23 @@ def proxy_records_written(proxy_url: str) -> int | None:
         return None
 
 
+def _stored() -> Callable[[F], F]:
+    """A result is retried for a while when the database or the disk cannot take it (a restart, a full disk):
+    dropping it would run the whole session again. The heartbeat renews the lease meanwhile, so no one else takes it."""
+    return cast(
+        Callable[[F], F],
+        retry(
+            retry=retry_if_exception_type((OperationalError, OSError)),
+            wait=wait_exponential(multiplier=0.5, max=10),
+            stop=stop_after_delay(120),
+            before_sleep=lambda rs: log.warning(
+                "storing a result failed (%s); retrying", rs.outcome and rs.outcome.exception()
+            ),
+            reraise=True,
+        ),
+    )
+
+
 class Runner:
     def __init__(
         self,
@@ -135,9 +156,15 @@ class Runner:
         while not self.stop.is_set():
             if not self._take_slot():
                 return
-            claimed = queue.claim(
-                self.sessions, owner, lease_s=self.cfg.lease_s, max_attempts=self.cfg.max_attempts
-            )
+            try:
+                claimed = queue.claim(
+                    self.sessions, owner, lease_s=self.cfg.lease_s, max_attempts=self.cfg.max_attempts
+                )
+            except SQLAlchemyError as exc:  # the database restarting or out of disk: try again shortly
+                log.warning("claim failed (%s); retrying in %.0f s", type(exc).__name__, self.cfg.poll_s)
+                self._give_slot()
+                self.stop.wait(self.cfg.poll_s)
+                continue
             if claimed is None:
                 self._give_slot()
                 if self._nothing_left():
@@ -187,7 +214,7 @@ class Runner:
             detail = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, InfraError):
                 detail += "\n" + "".join(traceback.format_exception(exc)[-3:])
-            status = queue.retry_later(
+            status = _stored()(queue.retry_later)(
                 self.sessions,
                 c,
                 owner,
@@ -208,8 +235,8 @@ class Runner:
                 )
             log.warning("session %s attempt %d: %s -> %s", c.id, c.attempt, detail.splitlines()[0], status)
             return
-        transcript = write_transcript(self.cfg.data_dir, c.proxy_session_id, outcome.transcript)
-        ok = queue.finish(
+        transcript = _stored()(write_transcript)(self.cfg.data_dir, c.proxy_session_id, outcome.transcript)
+        ok = _stored()(queue.finish)(
             self.sessions,
             c,
             owner,

@@ -12,9 +12,10 @@ from records.agents import AgentName
 # The session runners' names, one owner (factory/run/runners.py maps them to classes): every option that
 # takes a runner is typed by `RunnerName` and defaults to `SANDBOX`; no other module spells a name
 # (tests/test_runner_names.py).
-RunnerName = Literal["sandbox", "fake"]
+RunnerName = Literal["sandbox", "fake", "rehearsal-agent"]
 SANDBOX: RunnerName = "sandbox"  # each agent in a confined Docker sandbox
 FAKE: RunnerName = "fake"  # scripted sessions without Docker (tests, dry runs)
+REHEARSAL: RunnerName = "rehearsal-agent"  # an agent-like loop without Docker, for a campaign's rehearsal
 
 
 class InfraError(FactoryError, RuntimeError):

@@ -9,13 +9,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from factory.run.fake_runner import FakeSessionRunner
+from factory.run.rehearsal_runner import RehearsalSessionRunner
 from factory.run.runner import RunConfig
-from factory.run.runner_types import FAKE, SANDBOX, RunnerArgs, RunnerName, SessionRunner
+from factory.run.runner_types import FAKE, REHEARSAL, SANDBOX, RunnerArgs, RunnerName, SessionRunner
 from factory.run.sandbox_runner import SandboxSessionRunner
 
-RUNNERS: dict[RunnerName, type[SandboxSessionRunner] | type[FakeSessionRunner]] = {
+RUNNERS: dict[
+    RunnerName, type[SandboxSessionRunner] | type[FakeSessionRunner] | type[RehearsalSessionRunner]
+] = {
     SANDBOX: SandboxSessionRunner,
     FAKE: FakeSessionRunner,
+    REHEARSAL: RehearsalSessionRunner,
 }
 
 

@@ -32,7 +32,7 @@ from serving.check import TargetCheck, check_target
 from serving.venv import availability
 from wire import UpstreamApi
 
-Engine = Literal["vllm", "standin"]
+Engine = Literal["vllm", "standin", "scripted"]
 
 
 class ServiceOptions(BaseModel):
@@ -43,10 +43,11 @@ class ServiceOptions(BaseModel):
     target_model: str = Field(
         default="smollm2", description="The local target's model when TARGET_URL is unset."
     )
-    target_engine: Literal["auto", "vllm", "standin"] = Field(
+    target_engine: Literal["auto", "vllm", "standin", "scripted"] = Field(
         default="auto",
         description="What serves the local target: vllm (make vllm installs it), standin (the CPU test double), "
-        "or auto (vLLM where it can run here).",
+        "scripted (the rehearsal's scripted brain: sessions of 5–60 turns, calls tagged rehearsal, never "
+        "trained on), or auto (vLLM where it can run here).",
     )
     # Claude Code's first prompt with its tools rendered is ≈ 12.5k SmolLM2 tokens and a session grows.
     target_max_model_len: int = Field(default=32768, ge=1, description="Context the local target serves.")
@@ -142,7 +143,15 @@ def _target(opts: ServiceOptions, console: Console, ledger: Ledger | None) -> tu
         "--max-model-len",
         str(opts.target_max_model_len),
     ]
-    if target_engine(opts, console) == "vllm":
+    engine = target_engine(opts, console)
+    if engine == "scripted":
+        console.print(
+            f"[bold]target[/] starting the scripted brain on {url} (a rehearsal: its calls are never trained on)"
+        )
+        # At least ten turns a session: a harvest with the brain is there to drive each CLI's multi-turn path.
+        argv = [sys.executable, "-m", "rehearsal", "serve", "--port", str(port), "--turns-min", "10"]
+        argv += opts.target_arg
+    elif engine == "vllm":
         console.print(
             f"[bold]target[/] starting vLLM ({opts.target_model}) on {url} (the first start compiles)"
         )
@@ -221,7 +230,9 @@ def services(
             "--upstream-api",
             upstream_api,
         ]
-        if not opts.target_url:  # a CPU decodes a few tokens a second: the agents' 32k limits are lowered
+        if (
+            not opts.target_url and opts.target_engine != "scripted"
+        ):  # a CPU decodes a few tokens a second: the agents' 32k limits are lowered
             argv += ["--max-tokens-cap", str(opts.target_max_tokens)]
         if store_url:
             # A short final drain: `stop` gives the proxy 30 s in all, and `upload_to_store` takes what is left.

@@ -64,6 +64,7 @@ def published_sequences(
     target: Target, folder: Path, *, model: str | None = None, regenerated: bool = True
 ) -> tuple[list[Sequence], Report, dict[str, str]]:
     """The kept rows, what was left out and why, and how the export split them."""
+    _refuse_rehearsal(folder)
     report = Report()
     models = _call_models(folder.parent / "calls") if model is not None else {}
     out: list[Sequence] = []
@@ -114,6 +115,16 @@ def _call_models(calls: Path) -> dict[str, str]:
         t = pq.read_table(f, columns=["call_id", "model"])
         out.update(zip(t.column("call_id").to_pylist(), t.column("model").to_pylist(), strict=True))
     return out
+
+
+def _refuse_rehearsal(folder: Path) -> None:
+    """A rehearsal's export holds the scripted brain's traffic: training on it would teach a drafter a script."""
+    stats = folder.parent.parent / "stats.json"
+    if stats.is_file() and json.loads(stats.read_text()).get("settings", {}).get("rehearsal"):
+        raise TrainerError(
+            f"data={folder.parent.parent}: a rehearsal's dataset (answered by the scripted brain, "
+            "`make rehearse`), not training data"
+        )
 
 
 def _how(folder: Path) -> dict[str, str]:

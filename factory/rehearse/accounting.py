@@ -1,0 +1,95 @@
+"""What a rehearsal lost or did twice, counted from three independent witnesses: the agents' own log of
+acknowledged calls (fsynced per call), the proxy's Parquet parts, and the queue."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
+
+from factory.db import Session
+from factory.publish.rows import part_files
+
+
+@dataclass
+class Ledger:
+    acknowledged: int = 0  # calls the agents got a whole 200 answer for
+    recorded_ok: int = 0  # calls in the parts with status 200 and outcome ok
+    recorded_other: int = 0  # recorded calls that failed (the proxy's 5xx while restarting, cut streams…)
+    lost: int = 0  # acknowledged but not in any part: must be 0
+    lost_sessions: list[str] = field(default_factory=list)
+    unacknowledged_recorded: int = 0  # recorded ok but never acknowledged (the agent was killed first)
+    request_bytes: int = 0
+    response_bytes: int = 0
+    sessions_finished: int = 0  # attempts whose agent ran to its end
+    completed_twice: int = 0  # sessions with two attempts that ran to their end: must be 0
+    completed_twice_ids: list[str] = field(default_factory=list)
+    queue: dict[str, int] = field(default_factory=dict)
+    unfinished: int = 0  # sessions claimed at least once and neither done nor failed
+    retried: int = 0  # sessions that needed more than one attempt
+
+    def as_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["lost_sessions"] = self.lost_sessions[:20]
+        out["completed_twice_ids"] = self.completed_twice_ids[:20]
+        return out
+
+
+def _acks(folder: Path) -> tuple[Counter[str], Counter[str]]:
+    """Acknowledged calls per proxy session, and finished attempts per factory session."""
+    calls: Counter[str] = Counter()
+    finished: Counter[str] = Counter()
+    for f in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:  # a line cut by a kill -9 mid-write: it was never fsynced, so never counted
+                continue
+            if "finished" in rec:
+                finished[rec["finished"]] += 1
+            else:
+                calls[rec["session"]] += 1
+    return calls, finished
+
+
+def count(data_dir: Path, sessions: sessionmaker[OrmSession]) -> Ledger:
+    out = Ledger()
+    acked, finished = _acks(data_dir / "rehearsal" / "acks")
+    out.acknowledged = sum(acked.values())
+    ok: Counter[str] = Counter()
+    for f in part_files(data_dir / "calls"):
+        t = pq.read_table(
+            f, columns=["session_id", "status_code", "outcome", "request_json", "response_json"]
+        )
+        good = pc.and_(pc.equal(t["status_code"], 200), pc.equal(t["outcome"], "ok"))
+        ok.update(s for s, g in zip(t["session_id"].to_pylist(), good.to_pylist(), strict=True) if g)
+        out.recorded_other += t.num_rows - int(pc.sum(good).as_py() or 0)
+        for col, attr in (("request_json", "request_bytes"), ("response_json", "response_bytes")):
+            size = pc.sum(pc.binary_length(t[col].cast("large_binary"))).as_py() or 0
+            setattr(out, attr, getattr(out, attr) + int(size))
+    out.recorded_ok = sum(ok.values())
+    for sid, n in acked.items():
+        if n > ok.get(sid, 0):
+            out.lost += n - ok.get(sid, 0)
+            out.lost_sessions.append(sid)
+    out.unacknowledged_recorded = sum(max(0, n - acked.get(s, 0)) for s, n in ok.items())
+    out.sessions_finished = sum(finished.values())
+    twice = sorted(s for s, n in finished.items() if n > 1)
+    out.completed_twice, out.completed_twice_ids = len(twice), twice
+    with sessions() as s:
+        out.queue = {
+            k: int(v) for k, v in s.execute(select(Session.status, func.count()).group_by(Session.status))
+        }
+        claimed = (Session.attempts > 0) & Session.status.in_(("pending", "running"))
+        out.unfinished = int(s.scalar(select(func.count()).select_from(Session).where(claimed)) or 0)
+        out.retried = int(
+            s.scalar(select(func.count()).select_from(Session).where(Session.attempts > 1)) or 0
+        )
+    return out
