@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 
 from rich.console import Console
+from sqlalchemy.exc import OperationalError
 
 from clikit.children import die_with_parent, free_port
 from factory.db import connect, default_url, session_factory
@@ -143,9 +144,16 @@ def drive(opts: RehearseOptions) -> dict[str, object]:
         try:
             kids.start_brain()
             while True:
-                counts = queue.counts(sessions)
-                # a killed runner's sessions stay `running` until a runner reclaims them: not in flight
-                live = counts.get("running", 0) - len(queue.dead_local_leases(sessions))
+                try:
+                    counts = queue.counts(sessions)
+                    # a killed runner's sessions stay `running` until a runner reclaims them: not in flight
+                    live = counts.get("running", 0) - len(queue.dead_local_leases(sessions))
+                except OperationalError as exc:  # the database restarting: its children carry on meanwhile
+                    sys.stderr.write(
+                        f"driver: the queue did not answer ({type(exc).__name__}); asking again\n"
+                    )
+                    time.sleep(1.0)
+                    continue
                 left = opts.sessions - ended(counts) - live
                 if ended(counts) >= opts.sessions and not kids.runners_alive():
                     break

@@ -79,11 +79,10 @@ def _fill(opts: RehearseOptions) -> str:
         return "disk: skipped (needs --disk-limit-mb: the data folder on a size-limited mount)"
     ballast = opts.data_dir / BALLAST
     free = shutil.disk_usage(opts.data_dir).free
-    with ballast.open("wb") as fh, contextlib.suppress(OSError):  # ENOSPC: full
-        chunk = b"\0" * (1 << 20)
-        for _ in range(free // len(chunk) + 1):
+    chunk = b"\0" * (1 << 16)
+    with contextlib.suppress(OSError), ballast.open("wb", buffering=0) as fh:
+        while True:  # until ENOSPC: space others free meanwhile is taken too
             fh.write(chunk)
-        fh.flush()
 
     def release() -> None:
         time.sleep(opts.disk_full_s)

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 
 from factory.db import connect, default_url, session_factory
 from factory.publish.export import export
@@ -127,7 +128,11 @@ def _sessions(opts: RehearseOptions, sessions: object, say: Say) -> dict[str, ob
     last_line = 0.0
     while True:
         code = driver.poll()
-        now_ended = ended(queue.counts(sessions))  # type: ignore[arg-type]
+        try:
+            now_ended = ended(queue.counts(sessions))  # type: ignore[arg-type]
+        except OperationalError:  # the database restarting (a fault): ask again
+            time.sleep(1.0)
+            continue
         if code is not None:
             if code == 0 and now_ended >= opts.sessions:
                 break
