@@ -104,6 +104,18 @@ TARGET ?=
 harvest: install vllm docker
 	$(BIN)/python -m factory harvest --data-dir $(DATA_DIR) $(if $(TARGET),--target-engine $(TARGET)) $(HARVEST_ARGS)
 
+# A campaign rehearsed before GPUs are rented (docs/factory.md, "Rehearsing a campaign"): the seed's plan
+# (≈ 103k sessions) in the queue, REHEARSE_SESSIONS of them through the real queue, runner processes, proxies
+# and spool with the scripted brain as target (no Docker), a proxy, a runner and the driver killed -9 on the
+# way, then the export; the report in $(DATA_DIR)/rehearsal/report/. More through REHEARSE_ARGS, e.g.
+# REHEARSE_ARGS="--db postgresql://… --fault postgres --disk-limit-mb 2048 --fault disk".
+REHEARSE_SESSIONS ?= 120
+REHEARSE_ARGS ?=
+.PHONY: rehearse
+rehearse: install
+	$(BIN)/python -m factory rehearse --data-dir $(DATA_DIR)/rehearsal --sessions $(REHEARSE_SESSIONS) \
+	  --fault proxy --fault runner --fault driver $(REHEARSE_ARGS)
+
 # More supervised tokens from the same sessions: every published training-side agent prompt re-sampled by
 # the serving engine (vLLM CPU started here, or TARGET_URL's with REGEN_ARGS="--url ..."), rows written to
 # $(DATA_DIR)/regenerated/ (resumable), then the dataset exported again with them as `regenerated`

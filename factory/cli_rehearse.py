@@ -20,13 +20,13 @@ def rehearse(settings: RehearseOptions) -> None:
     """Plan the seed's campaign (17,615 issues × EN/KO × 3 agents ≈ 103k sessions) in the queue, run --sessions
     of them through the real queue, runner processes, proxies and spool with the scripted brain and the
     rehearsal agent (no Docker), with --fault injected, then export; report.json and report.png in
-    DATA_DIR/rehearsal/. Exits 1 when an acknowledged call was lost or a session completed twice."""
+    DATA_DIR/report/. Exits 1 when an acknowledged call was lost or a session completed twice."""
     try:
         report = run_rehearsal(settings, lambda line: console.print(line, markup=False, soft_wrap=True))
     except (RuntimeError, ValueError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
-    path = rehearsal_report.write(report, settings.data_dir / "rehearsal")
+    path = rehearsal_report.write(report, settings.report_dir)
     derived = report["derived"]
     t = Table(title=f"rehearsal: {path} (+ report.png)")
     t.add_column("stage")

@@ -26,7 +26,7 @@ ALLOWED = {
     "proxy": {"clikit", "records", "wire"},
     "serving": {"clikit", "lm"},
     "trainer": {"clikit", "records", "wire", "lm", "serving"},
-    "factory": {"clikit", "records", "wire", "sandboxes", "serving", "proxy", "rehearsal"},
+    "factory": {"clikit", "records", "wire", "sandboxes", "serving", "proxy"},
 }
 
 

@@ -59,9 +59,17 @@ def _acks(folder: Path) -> tuple[Counter[str], Counter[str]]:
     return calls, finished
 
 
-def count(data_dir: Path, sessions: sessionmaker[OrmSession]) -> Ledger:
+def _per_session_csv(path: Path, acked: Counter[str], ok: Counter[str]) -> None:
+    """The evidence behind the two totals: one line per attempt (its proxy session id)."""
+    lines = ["proxy_session_id,acknowledged,recorded_ok"]
+    lines += [f"{sid},{acked.get(sid, 0)},{ok.get(sid, 0)}" for sid in sorted(set(acked) | set(ok))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def count(data_dir: Path, report_dir: Path, sessions: sessionmaker[OrmSession]) -> Ledger:
     out = Ledger()
-    acked, finished = _acks(data_dir / "rehearsal" / "acks")
+    acked, finished = _acks(report_dir / "acks")
     out.acknowledged = sum(acked.values())
     ok: Counter[str] = Counter()
     for f in part_files(data_dir / "calls"):
@@ -75,6 +83,7 @@ def count(data_dir: Path, sessions: sessionmaker[OrmSession]) -> Ledger:
             size = pc.sum(pc.binary_length(t[col].cast("large_binary"))).as_py() or 0
             setattr(out, attr, getattr(out, attr) + int(size))
     out.recorded_ok = sum(ok.values())
+    _per_session_csv(report_dir / "ledger.csv", acked, ok)
     for sid, n in acked.items():
         if n > ok.get(sid, 0):
             out.lost += n - ok.get(sid, 0)

@@ -87,7 +87,7 @@ class Children:
             str(self.opts.workers),
         ]
         argv += ["--limit", str(limit), "--lease", str(self.opts.lease_s), "--backoff", "2"]
-        env = {**os.environ, "DFLASH_REHEARSAL_ACK_LOG": str(self.opts.data_dir / "rehearsal" / "acks")}
+        env = {**os.environ, "DFLASH_REHEARSAL_ACK_LOG": str(self.opts.report_dir / "acks")}
         with (self.logs / f"runner-{i}.log").open("ab") as log:
             proc = subprocess.Popen(
                 argv,
@@ -137,7 +137,7 @@ def drive(opts: RehearseOptions) -> dict[str, object]:
     console = Console(stderr=True)
     db = opts.db or default_url(opts.data_dir)
     sessions = session_factory(connect(db))
-    status = opts.data_dir / "rehearsal" / "driver.jsonl"
+    status = opts.report_dir / "driver.jsonl"
     with run_scope(opts.data_dir, console, sandboxes=False) as ledger:
         ledger.set_spool(opts.data_dir / "spool")
         kids = Children(opts, db, ledger)
@@ -170,7 +170,7 @@ def drive(opts: RehearseOptions) -> dict[str, object]:
 
 def main() -> None:
     opts = RehearseOptions.model_validate_json(sys.argv[1])
-    (opts.data_dir / "rehearsal").mkdir(parents=True, exist_ok=True)
+    opts.report_dir.mkdir(parents=True, exist_ok=True)
     sys.stdout.write(json.dumps(drive(opts)) + "\n")
 
 

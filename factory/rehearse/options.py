@@ -43,6 +43,12 @@ class RehearseOptions(CampaignShape):
     turns_median: float = Field(default=18.0, gt=0, description="The brain's median turns per session.")
     seed: int = Field(default=0, description="Seed of the plan and of the brain.")
     lease_s: float = Field(default=60.0, gt=0, description="Queue lease seconds (renewed while running).")
+
+    @property
+    def report_dir(self) -> Path:
+        """The report, the driver's status lines and the agents' acknowledged-call logs."""
+        return self.data_dir / "report"
+
     queue_probe_s: float = Field(
         default=10.0,
         ge=0,

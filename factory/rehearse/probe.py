@@ -1,23 +1,53 @@
-"""The queue alone: claim and finish with no work, on a copy of a SQLite queue, by many threads — the
-ceiling the queue puts on a campaign, apart from the sessions' own time."""
+"""The queue alone: claim and finish with no work, on a copy of the rehearsal's queue (a file copy of SQLite; a
+`CREATE DATABASE … TEMPLATE` of PostgreSQL), by many threads — the ceiling the queue puts on a campaign,
+apart from the sessions' own time."""
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine, make_url
 
 from factory.db import connect, session_factory, utcnow
 from factory.run import queue
 
 
-def claims_per_s(db_file: Path, threads: int, seconds: float) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = Path(tmp) / "probe.db"
-        shutil.copy(db_file, copy)
-        sessions = session_factory(connect(f"sqlite:///{copy}"))
+@contextlib.contextmanager
+def _copy(url: str) -> Iterator[str]:
+    """A throwaway copy of the queue at `url`: its URL for the block, removed after."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(u.database or "", Path(tmp) / "probe.db")
+            yield f"sqlite:///{Path(tmp) / 'probe.db'}"
+        return
+    name = f"dflash_probe_{secrets.token_hex(4)}"
+    admin = create_engine(u.set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{u.database}"'))
+        yield u.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
+
+
+def claims_per_s(url: str, threads: int, seconds: float, release: Engine | None = None) -> dict[str, object]:
+    """`release`: the caller's engine on `url`, disposed first (PostgreSQL copies only an idle database)."""
+    if release is not None:
+        release.dispose()
+    with _copy(url) as copy:
+        engine = connect(copy)
+        sessions = session_factory(engine)
         done = [0] * threads
         deadline = time.monotonic() + seconds
 
@@ -49,4 +79,11 @@ def claims_per_s(db_file: Path, threads: int, seconds: float) -> dict[str, float
         for t in pool:
             t.join()
         elapsed = time.monotonic() - t0
-    return {"threads": threads, "seconds": round(elapsed, 2), "claims_per_s": round(sum(done) / elapsed, 1)}
+        engine.dispose()
+    backend = make_url(url).get_backend_name()
+    return {
+        "backend": backend,
+        "threads": threads,
+        "seconds": round(elapsed, 2),
+        "claims_per_s": round(sum(done) / elapsed, 1),
+    }

@@ -1,5 +1,5 @@
 """The rehearsal's report: per-stage throughput, memory and disk per 1,000 calls, the slowest stage, what was
-lost — as JSON (DATA_DIR/rehearsal/report.json) and a plot (report.png) beside it."""
+lost — as JSON (DATA_DIR/report/report.json) and a plot (report.png) beside it."""
 
 from __future__ import annotations
 

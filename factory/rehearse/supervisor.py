@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from factory.db import connect, default_url, session_factory
@@ -78,7 +77,7 @@ def run(opts: RehearseOptions, say: Say) -> dict[str, Any]:
     if mounted:
         say(f"disk {mounted}")
     (opts.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-    (opts.data_dir / "rehearsal").mkdir(parents=True, exist_ok=True)
+    opts.report_dir.mkdir(parents=True, exist_ok=True)
     db = opts.db or default_url(opts.data_dir)
     sessions = session_factory(connect(db))
     planned = plan_campaign(sessions, opts, opts.data_dir, seed=opts.seed)
@@ -87,12 +86,13 @@ def run(opts: RehearseOptions, say: Say) -> dict[str, Any]:
         f"Korean, {planned.repos} repositories) in {planned.seconds:.1f} s: {planned.rows_per_s:,.0f} rows/s"
     )
     report["plan"] = {**planned.__dict__, "rows_per_s": round(planned.rows_per_s)}
-    if opts.queue_probe_s and make_url(db).get_backend_name() == "sqlite":
-        report["queue_probe"] = probe.claims_per_s(
-            Path(make_url(db).database or ""), opts.runners * opts.workers, opts.queue_probe_s
-        )
-        say(f"queue alone (a copy, no work): {report['queue_probe']}")
     report["run"] = _sessions(opts, sessions, say)
+    if opts.queue_probe_s:  # after the run: a PostgreSQL copy needs the database idle
+        engine = sessions.kw["bind"]
+        report["queue_probe"] = probe.claims_per_s(
+            db, opts.runners * opts.workers, opts.queue_probe_s, engine
+        )
+        say(f"queue alone (a copy of it, no work): {report['queue_probe']}")
     t0 = time.monotonic()
     say(f"roll {roll_data_dir(opts.data_dir)}")
     report["roll_s"] = round(time.monotonic() - t0, 2)
@@ -108,7 +108,7 @@ def run(opts: RehearseOptions, say: Say) -> dict[str, Any]:
         "supervised_tokens": es.supervised_tokens,
         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
     }
-    report["ledger"] = accounting.count(opts.data_dir, sessions).as_dict()
+    report["ledger"] = accounting.count(opts.data_dir, opts.report_dir, sessions).as_dict()
     report["disk_bytes"] = {
         name: _du(opts.data_dir / name) for name in ("calls", "spool", "transcripts", "dataset", "factory.db")
     }

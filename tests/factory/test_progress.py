@@ -67,7 +67,7 @@ def test_on_a_terminal_the_live_table(tmp_path):
 
 
 def test_runners_by_name(monkeypatch, tmp_path):
-    assert set(RUNNERS) == {"sandbox", "fake"} == set(get_args(RunnerName))
+    assert set(RUNNERS) == {"sandbox", "fake", "rehearsal-agent"} == set(get_args(RunnerName))
     assert uses_sandboxes("sandbox")
     assert not uses_sandboxes("fake")
     monkeypatch.setenv("DFLASH_FAKE_RUNNER_SLEEP_S", "1.5")
@@ -75,7 +75,9 @@ def test_runners_by_name(monkeypatch, tmp_path):
     fake = get_runner("fake", RunnerArgs(model="m"))
     assert isinstance(fake, FakeSessionRunner)
     assert (fake.sleep_s, fake.model, fake.log_path, fake.calls) == (1.5, "m", tmp_path / "log", 2)
-    with pytest.raises(ValueError, match="unknown runner 'docker'; choose one of sandbox, fake"):
+    with pytest.raises(
+        ValueError, match="unknown runner 'docker'; choose one of sandbox, fake, rehearsal-agent"
+    ):
         get_runner("docker", RunnerArgs())
 
 

@@ -11,14 +11,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from factory.harvest import HarvestOptions, run_harvest
 from factory.ingest import sample
 from factory.run.rehearsal_dialects import DIALECTS
 from factory.run.rehearsal_runner import RehearsalAgentSettings, RehearsalSessionRunner
-from factory.run.runner_types import SessionSpec
+from factory.run.runner_types import REHEARSAL, SessionSpec
 from factory.run.tasks import build_task
 from proxy.errors import stream_error_event
 from records.agents import AgentName
+from records.io import read_table
 from records.tags import REHEARSAL_TAG
 from tests.proxy.live import proxy_server
 from tests.support import REPO_ROOT, background, free_port
@@ -74,6 +77,35 @@ def test_every_agent_api_drives_a_real_session_through_the_proxy(tmp_path: Path)
     assert "저장소" in json.dumps(ko, ensure_ascii=False)
 
 
+def test_a_harvest_with_the_scripted_brain_runs_long_sessions_and_publishes_a_rehearsal(
+    tmp_path: Path,
+) -> None:
+    """`harvest --target-engine scripted`: the brain started as the target, every session of 10 turns or more,
+    every call tagged, the export marked a rehearsal (the sandboxes are the rehearsal agent here: the real CLIs
+    in Docker are measured in docs/BENCHMARKS.md)."""
+    opts = HarvestOptions(
+        data_dir=tmp_path / "data",
+        target_engine="scripted",
+        target_arg=["--latency-scale", "0", "--turns-max", "12"],
+        runner=REHEARSAL,
+        limit=3,
+        held_out=0.0,
+        translate_limit=0,
+    )
+    with (tmp_path / "console.txt").open("w") as fh:
+        summary = run_harvest(opts, Console(file=fh, width=200))
+    assert summary["target_model"] == "scripted-brain"
+    rows = read_table(tmp_path / "data" / "dataset").to_pylist()
+    per_session = Counter(r["session_id"] for r in rows)
+    assert len(per_session) == 3
+    assert min(per_session.values()) >= 10
+    recorded = read_table(tmp_path / "data" / "calls", columns=["tag"]).column("tag").to_pylist()
+    assert set(recorded) == {REHEARSAL_TAG}  # the proxy's records; the dataset is marked as a whole
+    stats = json.loads((tmp_path / "data" / "dataset" / "stats.json").read_text())
+    assert stats["settings"]["rehearsal"] is True
+    assert stats["sequences"] > 0
+
+
 @pytest.mark.parametrize("agent", list(AgentName))
 def test_a_stream_ending_in_an_error_event_is_not_an_answer(agent: AgentName) -> None:
     """The proxy ends a stream it could not record with the API's error event: the agent must retry, as a CLI's
@@ -91,7 +123,7 @@ def test_rehearse_survives_kills_and_reports(tmp_path: Path) -> None:
     argv += ["--fault", "proxy", "--fault", "runner", "--fault", "driver"]
     done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads((data / "rehearsal" / "report.json").read_text())
+    report = json.loads((data / "report" / "report.json").read_text())
     assert report["plan"]["sessions"] == 40 * 3 + 30 * 3
     assert [f["what"].split(" pid")[0] for f in report["run"]["faults"]] == [
         "kill -9 proxy",
@@ -109,7 +141,7 @@ def test_rehearse_survives_kills_and_reports(tmp_path: Path) -> None:
     assert ledger["acknowledged"] == ledger["recorded_ok"] > 12 * 4
     assert report["queue_probe"]["claims_per_s"] > 0
     assert report["export"]["sequences"] > 0
-    assert (data / "rehearsal" / "report.png").stat().st_size > 0
+    assert (data / "report" / "report.png").stat().st_size > 0
     stats = json.loads((data / "dataset" / "stats.json").read_text())
     assert stats["settings"]["rehearsal"] is True
     assert "REHEARSAL" in (data / "dataset" / "README.md").read_text()
