@@ -15,7 +15,18 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("clikit", "records", "wire", "lm", "rehearsal", "serving", "sandboxes", "proxy", "trainer", "factory")
+PACKAGES = (
+    "clikit",
+    "records",
+    "wire",
+    "lm",
+    "rehearsal",
+    "serving",
+    "sandboxes",
+    "proxy",
+    "trainer",
+    "factory",
+)
 ALLOWED = {
     "clikit": set(),
     "records": set(),
