@@ -10,18 +10,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from rehearsal.policy import Turn
-from rehearsal.tokenizer import TOOL_END, TOOL_START, encode
+from rehearsal.tokenizer import encode, tool_call_ids
 
 DONE = b"data: [DONE]\n\n"
 _PIECES = 6  # a turn's text streams in about this many deltas
 
 
 def _tool_ids(turn: Turn) -> list[int]:
-    """What a model emits for its tool call (`<tool_call>{name, arguments}</tool_call>`, as hermes parses)."""
-    if turn.tool is None:
-        return []
-    spoken = json.dumps({"name": turn.tool, "arguments": turn.arguments}, ensure_ascii=False)
-    return [TOOL_START, *encode(spoken), TOOL_END]
+    return [] if turn.tool is None else tool_call_ids(turn.tool, turn.arguments)
 
 
 def completion_ids(turn: Turn) -> list[int]:

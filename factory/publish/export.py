@@ -257,7 +257,7 @@ def _write_calls(
             split = plan.sides[sess["session_id"]]
             stats.count_call(row, sess, split)
             trained = frozenset({REHEARSAL_TAG}) if cfg.rehearsal else frozenset()
-            open_.setdefault(proxy_sid, SessionTrajectories(sess, on_view, trained)).add(row)
+            open_.setdefault(proxy_sid, SessionTrajectories(sess, on_view, trained)).add(row, call.get("tag"))
         finally:
             if proxy_sid:
                 state.seen(proxy_sid)  # counts the session's calls down

@@ -78,9 +78,9 @@ class SessionTrajectories:
         self.merge = SessionMerge()
         self.prompt_hashes: dict[str, bytes] = {}  # trainable call -> its prompt ids' hash (re-samples)
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: dict[str, Any], tag: str | None = None) -> None:
         """Take a scrubbed `calls` row with `prompt_token_ids`, `request_json` and (when the proxy translated
-        it) `upstream_request_json` whole."""
+        it) `upstream_request_json` whole; `tag` is the record's (not a published column)."""
         prompt = row.pop("prompt_token_ids", None)
         wire_row = {k: row.pop(k, None) for k in ("request_json", "upstream_request_json", "translated")}
         chat = chat_view({**wire_row, "api": row.get("api")}, row.get("response_json"))
@@ -92,7 +92,7 @@ class SessionTrajectories:
         if (
             prompt is not None
             and completion is not None
-            and untrainable({**row, "prompt_token_ids": prompt}, self.trained_tags) is None
+            and untrainable({**row, "tag": tag, "prompt_token_ids": prompt}, self.trained_tags) is None
         ):
             self.merge.add(row["call_id"], prompt, completion)
             self.prompt_hashes[row["call_id"]] = ids_hash(prompt)

@@ -90,7 +90,7 @@ def test_harvest_options_errors_name_the_option(tmp_path):
     r = cli.invoke(app, ["harvest", "--data-dir", str(tmp_path), "--runner", "k8s"])
     assert r.exit_code == 2
     assert "--runner" in r.output
-    assert "'sandbox' or 'fake'" in r.output
+    assert "'sandbox', 'fake' or 'rehearsal-agent'" in r.output
     assert not (tmp_path / "runs").exists()  # refused before anything started
 
 

@@ -161,3 +161,19 @@ def test_the_tokenizer_counts_like_a_subword_vocabulary() -> None:
     text = "def wrap(words, width):\n    return [w for w in words if len(w) <= width]\n"
     assert len(text) / 5 < len(encode(text)) < len(text) / 1.5
     assert len(encode("한국어 번역")) == 6  # a syllable each, and the space
+
+
+async def test_each_prompt_extends_the_last_with_its_answer() -> None:
+    """As a real template renders a model's own answer back: the export then merges a session's calls into
+    one training sequence, as it would for a real target."""
+    app = create_app(BrainSettings(latency_scale=0, turns_min=6, turns_max=6))
+    messages: list[Any] = [{"role": "user", "content": TASK}]
+    seen: list[int] = []
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://brain") as c:
+        for i in range(4):
+            r = (await _post(c, {"messages": messages, "tools": [BASH], "return_token_ids": True})).json()
+            assert r["prompt_token_ids"][: len(seen)] == seen, f"call {i} does not extend the last"
+            seen = r["prompt_token_ids"] + r["choices"][0]["token_ids"]
+            message = r["choices"][0]["message"]
+            call = message["tool_calls"][0]
+            messages += [message, {"role": "tool", "tool_call_id": call["id"], "content": LISTING}]
