@@ -81,10 +81,11 @@ class Script:
         self.rng = random.Random(int.from_bytes(digest[:8], "big"))
         drawn = round(_lognormal(self.rng, settings.turns_median, settings.turns_sigma))
         self.turns = max(settings.turns_min, min(settings.turns_max, drawn))
-        self.lengths = [
-            max(4, min(settings.completion_max, round(_lognormal(self.rng, settings.completion_median, s))))
-            for s in [settings.completion_sigma] * self.turns
-        ]
+        drawn_lengths = (
+            round(_lognormal(self.rng, settings.completion_median, settings.completion_sigma))
+            for _ in range(self.turns)
+        )
+        self.lengths = [max(4, min(settings.completion_max, n)) for n in drawn_lengths]
         self.edit_at = max(2, round(self.turns * 0.6))
         self.tests_at = {min(self.turns - 2, self.edit_at + 1), self.turns - 2}
         self.korean = bool(_HANGUL.search(task))
@@ -153,7 +154,7 @@ def next_turn(messages: list[Any], tools: list[Any] | None, settings: BrainSetti
     return Turn(thought(script.rng, length, script.korean, why), tool[0], _arguments(tool[1], command, why))
 
 
-def latency_s(settings: BrainSettings, rng: random.Random, completion_tokens: int) -> tuple[float, float]:
+def latency_s(settings: BrainSettings, rng: random.Random) -> tuple[float, float]:
     """Seconds to the first token, and per further token."""
     scale = settings.latency_scale / 1000
     ttft = _lognormal(rng, settings.ttft_ms, settings.latency_sigma) * scale

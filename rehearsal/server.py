@@ -75,7 +75,7 @@ def create_app(settings: BrainSettings) -> Starlette:
             return _error(
                 400, f"the prompt has {len(prompt)} tokens; this model serves {settings.max_model_len}"
             )
-        ttft, per_token = latency_s(settings, rng, len(chat_wire.completion_ids(turn)))
+        ttft, per_token = latency_s(settings, rng)
         counts["requests"] += 1
         counts["prompt_tokens"] += len(prompt)
         counts["tool_calls"] += turn.tool is not None

@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 
 from factory.db import connect, default_url, session_factory
 from factory.publish.export import export
@@ -115,10 +117,10 @@ def run(opts: RehearseOptions, say: Say) -> dict[str, Any]:
     return report
 
 
-def _sessions(opts: RehearseOptions, sessions: object, say: Say) -> dict[str, object]:
+def _sessions(opts: RehearseOptions, sessions: sessionmaker[OrmSession], say: Say) -> dict[str, object]:
     """Keep a driver running until `opts.sessions` sessions ended; faults at even steps of the progress."""
     rng = random.Random(opts.seed)
-    base = ended(queue.counts(sessions))  # type: ignore[arg-type]
+    base = ended(queue.counts(sessions))
     goal = max(0, opts.sessions - base)
     due = [(base + goal * (i + 1) / (len(opts.fault) + 1), kind) for i, kind in enumerate(opts.fault)]
     samples, events, drivers = Samples(), [], 0
@@ -129,7 +131,7 @@ def _sessions(opts: RehearseOptions, sessions: object, say: Say) -> dict[str, ob
     while True:
         code = driver.poll()
         try:
-            now_ended = ended(queue.counts(sessions))  # type: ignore[arg-type]
+            now_ended = ended(queue.counts(sessions))
         except OperationalError:  # the database restarting (a fault): ask again
             time.sleep(1.0)
             continue

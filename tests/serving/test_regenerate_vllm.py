@@ -50,7 +50,6 @@ def test_regenerate_stores_engine_ids_beside_the_records_and_resumes(
     assert report["held_out_skipped"] >= 1
     assert len(sources) == 6 - report["held_out_skipped"]
     assert len(got) == 2 * len(sources) == report["on_disk"]["rows"]
-    body = None
     for r in got:
         src = recorded[r["regenerated_from"]]
         assert r["prompt_token_ids"] == src["prompt_token_ids"]  # the recorded prompt, exactly
