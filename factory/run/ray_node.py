@@ -100,9 +100,10 @@ class NodeProxy:
                     return int(float(line.rsplit(" ", 1)[1]))
         return None
 
-    def shutdown(self, timeout_s: float = 120.0) -> dict[str, Any]:
+    def stop(self, timeout_s: float = 120.0) -> int | None:
         """Stop the proxy: calls in flight get its shutdown deadline, its last segment is rolled and its
-        uploader drains (within `upload_drain_s`); parts the store did not take stay for the next start."""
+        uploader drains (within `upload_drain_s`); parts the store did not take stay for the next start.
+        Returns the proxy's exit code."""
         if self.proxy.poll() is None:
             self.proxy.send_signal(signal.SIGTERM)
             try:
@@ -110,6 +111,13 @@ class NodeProxy:
             except subprocess.TimeoutExpired:
                 self.proxy.kill()
                 self.proxy.wait()
+        return self.proxy.returncode
+
+    def report(self) -> dict[str, Any]:
+        """What the stopped proxy left: the parts still in the node's folder, its log's keys in the store.
+        Asked only once every proxy writing to that folder has stopped: proxies on one host share it (a
+        killed driver's proxies, or nodes started on one host), so a part one of them rolls while another
+        is stopping is in the folder then but uploaded by its own proxy's drain."""
         return {
             "node": self.node_id,
             "upstream_api": self.upstream_api,
@@ -117,6 +125,11 @@ class NodeProxy:
             "parts_left": self._parts_left(),
             "logs": self._upload_logs(),
         }
+
+    def shutdown(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        """`stop` then `report`, for a proxy known to be the only one writing to its folder."""
+        self.stop(timeout_s)
+        return self.report()
 
     def _parts_left(self) -> list[str]:
         calls = self.dir / "calls"

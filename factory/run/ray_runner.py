@@ -167,15 +167,23 @@ class RaySessionRunner:
             for a in ray.util.list_named_actors(all_namespaces=True)
             if a.get("namespace") == ray_node.NAMESPACE and a["name"].startswith(self.opts.store_prefix())
         ]
+        actors: dict[str, Any] = {}
         for name in sorted(names):
+            with contextlib.suppress(ValueError):  # gone since it was listed
+                actors[name] = ray.get_actor(name, namespace=ray_node.NAMESPACE)
+        # All stopped first, then asked what they left: proxies on one host share its folder.
+        stops: dict[str, Any] = {name: actor.stop.remote(timeout_s) for name, actor in actors.items()}
+        stopped = []
+        for name, ref in stops.items():
             try:
-                actor = ray.get_actor(name, namespace=ray_node.NAMESPACE)
-            except ValueError:
-                continue
-            try:
-                reports.append(cast("dict[str, Any]", ray.get(actor.shutdown.remote(), timeout=timeout_s)))
+                ray.get(ref, timeout=timeout_s + 30)
+                stopped.append(name)
             except ray.exceptions.RayError as exc:  # its node died: nothing left to stop there
                 log.warning("%s: proxy shutdown failed: %s", name, str(exc).splitlines()[0])
+        for name in stopped:
+            with contextlib.suppress(ray.exceptions.RayError):
+                reports.append(cast("dict[str, Any]", ray.get(actors[name].report.remote(), timeout=60)))
+        for actor in actors.values():
             with contextlib.suppress(ray.exceptions.RayError, ValueError):
                 ray.kill(actor)
         return reports
