@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -66,20 +67,17 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _request(
+    agent: str, image: str, proxy: str, run_id: str, task: str = "", **fields: Any
+) -> SessionRequest:
+    """A session on this repository at its HEAD."""
+    return SessionRequest(agent, REPO, "HEAD", task, proxy, image, run_id=run_id, **fields)
+
+
 def overhead(client: docker.DockerClient, image: str, proxy: str, run_id: str, n: int) -> dict[str, object]:
     rows = []
     for _ in range(n):
-        req = SessionRequest(
-            agent="command",
-            repo=REPO,
-            commit="HEAD",
-            task="",
-            proxy_url=proxy,
-            image=image,
-            run_id=run_id,
-            command="true",
-        )
-        result = run_session(req, client)
+        result = run_session(_request("command", image, proxy, run_id, command="true"), client)
         assert result.status == "succeeded", result.reason
         t = result.timings
         rows.append({**{s: t[s] for s in STEPS}, "overhead": sum(t[s] for s in STEPS)})
@@ -118,17 +116,8 @@ def hold(client: docker.DockerClient, image: str, proxy: str, run_id: str, k: in
 def agents(client: docker.DockerClient, image: str, proxy: str, run_id: str) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     for agent in AGENT_NAMES:
-        req = SessionRequest(
-            agent=agent,
-            repo=REPO,
-            commit="HEAD",
-            task="Create AGENT_PROOF.txt, then say done.",
-            proxy_url=proxy,
-            image=image,
-            run_id=run_id,
-            model="scripted",
-            time_limit_s=300,
-        )
+        task = "Create AGENT_PROOF.txt, then say done."
+        req = _request(agent, image, proxy, run_id, task, model="scripted", time_limit_s=300)
         r = run_session(req, client)
         out[agent] = {"status": r.status, "agent_s": r.timings.get("agent"), "peak_mib": r.peak_memory_mb}
     return out

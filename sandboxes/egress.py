@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import socket
-import tarfile
 import threading
 import time
 from dataclasses import dataclass
@@ -21,13 +20,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import docker
-import requests
 from docker.models.containers import Container
 
+from sandboxes.containers import remove_container
 from sandboxes.errors import SandboxSetupError
-from sandboxes.files import tar_files
-from sandboxes.images.build import _digest, _exists, build_base
-from sandboxes.labels import EGRESS, IMAGE
+from sandboxes.files import read_file, tar_files
+from sandboxes.images.build import _digest, _exists, build_base, build_image
+from sandboxes.labels import EGRESS
 
 SQUID_PORT = 3128
 EGRESS_NETWORK = "dflash-egress"
@@ -113,23 +112,8 @@ def build_egress_image(client: docker.DockerClient, settings: object, log: objec
     tag = egress_tag(client, base)
     with _BUILDING:
         if not _exists(client, tag):
-            _build(client, base, tag)
+            build_image(client, tag, "egress", {"BASE": base}, fileobj=io.BytesIO(DOCKERFILE.read_bytes()))
     return tag
-
-
-def _build(client: docker.DockerClient, base: str, tag: str) -> None:
-    stream = client.api.build(
-        fileobj=io.BytesIO(DOCKERFILE.read_bytes()),
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        decode=True,
-        labels={IMAGE: "egress"},
-        buildargs={"BASE": base},
-    )
-    for chunk in stream:
-        if "error" in chunk:
-            raise SandboxSetupError(f"egress image build failed: {chunk['error']}")
 
 
 def egress_network(client: docker.DockerClient) -> str:
@@ -243,21 +227,12 @@ class EgressProxy:
         if self.container is None:
             return []
         try:
-            stream, _ = self.container.get_archive(LOG_PATH)
-        except docker.errors.APIError:
+            log = read_file(self.container, LOG_PATH)
+        except (docker.errors.APIError, SandboxSetupError):  # no log yet, or not a regular file
             return []
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-            member = tar.extractfile(tar.getmembers()[0])
-            return parse_log(member.read().decode(errors="replace")) if member else []
+        return parse_log(log.decode(errors="replace"))
 
     def close(self) -> list[str]:
-        errors = []
-        if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except docker.errors.NotFound:
-                pass
-            except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
-                errors.append(f"egress container: {exc}")
-            self.container = None
+        errors = remove_container(self.container, "egress container")
+        self.container = None
         return errors

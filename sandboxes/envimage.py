@@ -56,16 +56,26 @@ class SetupOutcome:
         return asdict(self)
 
 
-def env_key(repo_id: str, commit: str, plan: Plan, family_image: str) -> str:
-    return _digest(
-        {
-            "repo": repo_id,
-            "commit": commit,
-            "lock": plan.lock_hash,
-            "setup": plan.setup,
-            "family": family_image,
-        }
-    )
+@dataclass(frozen=True)
+class EnvSource:
+    """What an environment image is made of: a repository at a commit, its setup plan and its family image."""
+
+    repo: Path
+    repo_id: str
+    commit: str
+    plan: Plan
+    family_image: str
+
+    def key(self) -> str:
+        return _digest(
+            {
+                "repo": self.repo_id,
+                "commit": self.commit,
+                "lock": self.plan.lock_hash,
+                "setup": self.plan.setup,
+                "family": self.family_image,
+            }
+        )
 
 
 @contextlib.contextmanager
@@ -87,16 +97,11 @@ def _free_gb(client: docker.DockerClient) -> float:
 def ensure_env_image(
     client: docker.DockerClient,
     settings: SandboxSettings,
-    *,
-    repo: Path,
-    repo_id: str,
-    commit: str,
-    plan: Plan,
-    family_image: str,
+    source: EnvSource,
     egress_image: str | None,  # None: the setup needs no registries (nothing to install)
 ) -> SetupOutcome:
-    """The environment image for `repo` at `commit`, built when missing; a failure is an outcome, not a raise."""
-    key = env_key(repo_id, commit, plan, family_image)
+    """The environment image of `source`, built when missing; a failure is an outcome, not a raise."""
+    key = source.key()
     tag = f"{settings.image_repo}-env:{key}"
     state = settings.env_state_dir / "env" / f"{key}.json"
     with _locked(state.with_suffix(".lock")):
@@ -113,14 +118,14 @@ def ensure_env_image(
             # Not the repository's fault: no attempt is counted.
             reason = f"out of disk: {free:.1f} GiB free for Docker, {settings.env_min_free_gb:g} GiB needed"
             return SetupOutcome("failed", None, reason=reason, attempts=record["attempts"])
-        out = _build(client, settings, repo, repo_id, commit, plan, family_image, egress_image, tag)
+        out = _build(client, settings, source, egress_image, tag)
         if out.status == "built":  # a new image: hold the images to their age and disk budget now
             gc_env_images(client, settings, keep=tag)
         if out.status == "failed" and not (out.reason or "").startswith("out of disk"):
             out.attempts = record["attempts"] + 1
             record = {
-                "repo": repo_id,
-                "commit": commit,
+                "repo": source.repo_id,
+                "commit": source.commit,
                 "attempts": out.attempts,
                 "reason": out.reason,
                 "tail": out.tail,
@@ -132,12 +137,8 @@ def ensure_env_image(
 def _build(
     client: docker.DockerClient,
     settings: SandboxSettings,
-    repo: Path,
-    repo_id: str,
-    commit: str,
-    plan: Plan,
-    family_image: str,
-    egress_image: str | None,  # None: the setup needs no registries (nothing to install)
+    source: EnvSource,
+    egress_image: str | None,
     tag: str,
 ) -> SetupOutcome:
     t0 = time.monotonic()
@@ -146,17 +147,17 @@ def _build(
     spec = SandboxSpec(
         "env-setup",
         f"env-{tag.rsplit(':', 1)[1]}",
-        repo,
-        commit,
+        source.repo,
+        source.commit,
         NO_MODEL,
-        family_image,
+        source.family_image,
         box_settings,
         egress_image=egress_image,
     )
     # Committing (and removing) a container that holds a large tree outlasts the SDK's 60 s default under load.
     slow = docker.from_env(timeout=int(limit))
     with Sandbox(spec, slow) as box:
-        res = box.exec(["sh", "-c", plan.setup], timeout=limit)
+        res = box.exec(["sh", "-c", source.plan.setup], timeout=limit)
         fetched = [asdict(h) for h in box.egress.hits()] if box.egress else []
         tail = (res.stdout + res.stderr).decode(errors="replace")[-4000:]
         if res.exit_code != 0:
@@ -174,7 +175,7 @@ def _build(
                 None,
                 reason=f"out of disk during setup ({free:.1f} GiB free for Docker): {why}"
                 if full
-                else f"setup `{plan.setup}`: {why}",
+                else f"setup `{source.plan.setup}`: {why}",
                 seconds=round(time.monotonic() - t0, 2),
                 egress=fetched,
                 tail=tail,
@@ -187,9 +188,9 @@ def _build(
         labels = {
             KIND: "env",
             BASE_LABEL: base,
-            ENV_REPO: repo_id,
-            ENV_COMMIT: commit,
-            ENV_FAMILY_IMAGE: family_image,
+            ENV_REPO: source.repo_id,
+            ENV_COMMIT: source.commit,
+            ENV_FAMILY_IMAGE: source.family_image,
             ENV_CREATED: str(int(time.time())),
             # The setup sandbox's own labels must not mark containers started from this image.
             **dict.fromkeys(box.labels, ""),

@@ -6,7 +6,7 @@ the session on its family image with a copy of the tree and the failure in `setu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import docker
 from sandboxes.config import SandboxSettings
 from sandboxes.detect import Plan, plan_for
 from sandboxes.egress import build_egress_image
-from sandboxes.envimage import ensure_env_image
+from sandboxes.envimage import EnvSource, ensure_env_image
 from sandboxes.families import build_family
 from sandboxes.repo import resolve
 
@@ -32,13 +32,8 @@ class Prepared:
     plan: Plan
 
     def request_fields(self) -> dict[str, Any]:
-        return {
-            "image": self.image,
-            "prepared_base": self.prepared_base,
-            "test_command": self.test_command,
-            "egress_image": self.egress_image,
-            "setup": self.setup,
-        }
+        # The plan chose the others; a request has no field for it.
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "plan"}
 
 
 def prepare(
@@ -61,16 +56,8 @@ def prepare(
     test_command = plan.test or None
     # Setup always runs with egress on: installing the dependencies is what it is for. A repository with
     # nothing to install still gets an image holding its checkout, so no session copies its tree in.
-    out = ensure_env_image(
-        client,
-        settings,
-        repo=repo,
-        repo_id=repo_id or str(repo.resolve()),
-        commit=sha,
-        plan=plan,
-        family_image=family,
-        egress_image=egress if plan.setup else None,
-    )
+    source = EnvSource(repo, repo_id or str(repo.resolve()), sha, plan, family)
+    out = ensure_env_image(client, settings, source, egress if plan.setup else None)
     if out.image is None:
         return Prepared(family, None, test_command, session_egress, out.to_dict(), plan)
     return Prepared(out.image, out.base_sha, test_command, session_egress, out.to_dict(), plan)

@@ -11,15 +11,14 @@ top (its dependencies) is installed by its environment image's setup, through th
 from __future__ import annotations
 
 import io
-import tarfile
 import threading
 from dataclasses import dataclass, field, replace
 
 import docker
 
-from sandboxes.errors import SandboxInputError, SandboxSetupError
-from sandboxes.images.build import _digest, _exists
-from sandboxes.labels import IMAGE
+from sandboxes.errors import SandboxInputError
+from sandboxes.files import tar_files
+from sandboxes.images.build import _digest, _exists, build_image
 
 PY_CA = "/etc/ssl/certs/ca-certificates.crt"
 _BUILDING = threading.Lock()  # sessions in threads share one build of each image
@@ -134,28 +133,9 @@ def build_family(client: docker.DockerClient, agents: str, name: str, suite: str
     tag = family_tag(agents, family)
     with _BUILDING:
         if not _exists(client, tag):
-            _build(client, agents, family, tag)
+            context = io.BytesIO(tar_files({"Dockerfile": dockerfile(family)}, 0, mode=0o644))
+            what = f"{family.name} toolchain"
+            build_image(
+                client, tag, "family", {"BASE": agents}, what=what, fileobj=context, custom_context=True
+            )
     return tag
-
-
-def _build(client: docker.DockerClient, agents: str, family: Family, tag: str) -> None:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        data = dockerfile(family).encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    buf.seek(0)
-    stream = client.api.build(
-        fileobj=buf,
-        custom_context=True,
-        tag=tag,
-        rm=True,
-        forcerm=True,
-        decode=True,
-        labels={IMAGE: "family"},
-        buildargs={"BASE": agents},
-    )
-    for chunk in stream:
-        if "error" in chunk:
-            raise SandboxSetupError(f"{family.name} toolchain image build failed: {chunk['error']}")

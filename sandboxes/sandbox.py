@@ -18,12 +18,12 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 import docker
-import requests
 from docker.models.containers import Container
 
 from records.atomic import write_text
 from sandboxes import cgroups
 from sandboxes.config import SandboxSettings
+from sandboxes.containers import remove_container
 from sandboxes.egress import EgressProxy
 from sandboxes.errors import SandboxInputError, SandboxSetupError
 from sandboxes.files import read_file, tar_files
@@ -201,14 +201,10 @@ class Sandbox:
         errors: list[str] = []
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except docker.errors.NotFound:
-                pass
-            except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
-                errors.append(f"container: {exc}")  # the egress proxy, network and relay still go
-            self.container = None
+        errors += remove_container(
+            self.container, "container"
+        )  # the egress proxy, network and relay still go
+        self.container = None
         if self.egress is not None:
             errors += self.egress.close()
         errors += self.net.remove()

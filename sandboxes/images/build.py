@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import docker
 from docker.errors import ImageNotFound
@@ -149,25 +150,35 @@ def build_agents(client: docker.DockerClient, settings: SandboxSettings, log: Lo
             dest = certs / path.relative_to(settings.ca_dir)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, dest)
-        # The SDK talks to the classic builder (no BuildKit needed).
-        stream = client.api.build(
-            path=str(context),
-            tag=tag,
-            rm=True,
-            forcerm=True,
-            decode=True,
-            labels={IMAGE: "agents"},
-            buildargs={
-                "BASE": base,
-                "AGENT_SPECS": " ".join(agent_specs()),
-                "NODE_SPEC": node_spec(),
-                "OPENCODE_PLUGIN_SPEC": opencode_plugin_spec(),
-            },
-        )
-        for chunk in stream:
-            if "error" in chunk:
-                raise SandboxSetupError(f"agents image build failed: {chunk['error']}")
-            line = str(chunk.get("stream", "")).rstrip()
-            if line.startswith("Step "):
-                log(line)
+        buildargs = {
+            "BASE": base,
+            "AGENT_SPECS": " ".join(agent_specs()),
+            "NODE_SPEC": node_spec(),
+            "OPENCODE_PLUGIN_SPEC": opencode_plugin_spec(),
+        }
+        build_image(client, tag, "agents", buildargs, log, path=str(context))
     return tag
+
+
+def build_image(
+    client: docker.DockerClient,
+    tag: str,
+    kind: str,
+    buildargs: dict[str, str],
+    log: Log | None = None,
+    *,
+    what: str | None = None,
+    **context: Any,
+) -> None:
+    """Build `tag`, labelled as a `kind` image, from `context` (`path=`, or `fileobj=` with `custom_context`);
+    `log` gets each build step, a failure names `what` (the kind by default). The SDK talks to the classic
+    builder (no BuildKit needed)."""
+    stream = client.api.build(
+        tag=tag, rm=True, forcerm=True, decode=True, labels={IMAGE: kind}, buildargs=buildargs, **context
+    )
+    for chunk in stream:
+        if "error" in chunk:
+            raise SandboxSetupError(f"{what or kind} image build failed: {chunk['error']}")
+        line = str(chunk.get("stream", "")).rstrip()
+        if log is not None and line.startswith("Step "):
+            log(line)

@@ -60,18 +60,22 @@ def git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def base_commit(path: Path) -> str:
+    """Make the files at `path` a new repository's one commit, `base`; its sha."""
+    git(path, "init", "-q")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "base")
+    return git(path, "rev-parse", "HEAD")
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> tuple[Path, str]:
     """A repository whose base commit is followed by a commit holding the 'fix' (the future)."""
     path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q")
+    (path / "src").mkdir(parents=True)
     (path / "README.md").write_text("base\n")
-    (path / "src").mkdir()
     (path / "src" / "app.py").write_text("print('hi')\n")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "base")
-    base = git(path, "rev-parse", "HEAD")
+    base = base_commit(path)
     (path / FUTURE_FILE).write_text("the answer\n")
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "future fix")

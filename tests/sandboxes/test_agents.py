@@ -17,16 +17,13 @@ import pytest
 
 from sandboxes.agents import AGENTS
 from sandboxes.config import SandboxSettings
-from sandboxes.session import SessionRequest, SessionResult, run_session
-from tests.fakes.scripted_policy import PROOF_FILE, PROOF_TEXT
+from sandboxes.session import run_session
+from tests.fakes.scripted_policy import PROOF_FILE
 from tests.sandboxes.conftest import leftovers
+from tests.sandboxes.sessions import NOTHING_LEFT, TASKS, check_failed, check_result, scripted_request
 from tests.support import REPO_ROOT, background, free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.cli, pytest.mark.slow]
-TASKS = {
-    "en": f"Create the file {PROOF_FILE} using the shell tool, then say done.",
-    "ko": f"셸 도구로 {PROOF_FILE} 파일을 만든 다음 완료라고 말하세요.",
-}
 
 
 @pytest.fixture
@@ -53,40 +50,26 @@ def recorded(data: Path, session_id: str) -> list[dict[str, object]]:
     return [row for row in table.to_pylist() if row["session_id"] == session_id]
 
 
-def check_result(result: SessionResult) -> None:
-    assert result.status == "succeeded", (result.reason, result.stderr[-2000:])
-    assert result.exit_code == 0
-    assert f"+++ b/{PROOF_FILE}" in result.patch, result.patch
-    assert PROOF_TEXT in result.patch, result.patch
-    assert result.agent_session_id, "the agent's own session id is read from its transcript"
-    assert result.transcript
-    assert all(isinstance(e, dict) for e in result.transcript)
-    for step in ("network", "create", "start", "copy_repo", "agent", "patch", "teardown", "total"):
-        assert result.timings[step] >= 0, step
-
-
 @pytest.mark.parametrize("agent", sorted(AGENTS))
 def test_agent_in_a_sandbox_through_the_proxy(  # type: ignore[no-untyped-def]
     agent: str, docker_client, agents_image, proxy, repo, run_id
 ) -> None:
-    (url, data, proc), (path, base) = proxy, repo
+    url, data, proc = proxy
     session = f"sess-{agent}-{run_id}"
     language = "ko" if agent == "opencode" else "en"
-    req = SessionRequest(
-        agent=agent,
-        repo=path,
-        commit=base,
+    req = scripted_request(
+        agent,
+        repo,
+        url,
+        agents_image,
         task=TASKS[language],
-        proxy_url=url,
-        image=agents_image,
         session_id=session,
         run_id=run_id,
-        model="scripted",
         time_limit_s=240,
     )
     result = run_session(req, docker_client)
     check_result(result)
-    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
     proc.terminate()  # closes its spool segment; `background` sees it gone
     proc.wait(timeout=20)
     calls = recorded(data, session)
@@ -135,44 +118,19 @@ def test_agent_overrunning_its_time_limit_fails_with_the_reason(  # type: ignore
     docker_client, agents_image, proxy_server, repo, run_id
 ) -> None:
     """The scripted model `slow-60000` waits a minute per chunk; the agent may run 10 s."""
-    (url, _), (path, base) = proxy_server, repo
-    req = SessionRequest(
-        agent="codex",
-        repo=path,
-        commit=base,
-        task=TASKS["en"],
-        proxy_url=url,
-        image=agents_image,
-        run_id=run_id,
-        model="slow-60000",
-        time_limit_s=10,
+    req = scripted_request(
+        "codex", repo, proxy_server[0], agents_image, run_id=run_id, model="slow-60000", time_limit_s=10
     )
     result = run_session(req, docker_client)
-    assert result.status == "failed", result.reason
-    assert result.reason, result.reason
-    assert result.reason.startswith("timeout"), result.reason
+    check_failed(result, "timeout", docker_client, run_id)
     assert 9 <= result.timings["agent"] < 20
-    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
 
 
 def test_agent_out_of_memory_fails_with_the_reason(  # type: ignore[no-untyped-def]
     docker_client, agents_image, proxy_server, repo, run_id
 ) -> None:
-    (url, _), (path, base) = proxy_server, repo
-    req = SessionRequest(
-        agent="claude-code",
-        repo=path,
-        commit=base,
-        task=TASKS["en"],
-        proxy_url=url,
-        image=agents_image,
-        run_id=run_id,
-        model="scripted",
-        time_limit_s=120,
-        settings=SandboxSettings(memory="32m"),
+    settings = SandboxSettings(memory="32m")
+    req = scripted_request(
+        "claude-code", repo, proxy_server[0], agents_image, run_id=run_id, time_limit_s=120, settings=settings
     )
-    result = run_session(req, docker_client)
-    assert result.status == "failed", result.reason
-    assert result.reason, result.reason
-    assert result.reason.startswith("oom"), result.reason
-    assert leftovers(docker_client, run_id) == {"containers": [], "networks": [], "rules": []}
+    check_failed(run_session(req, docker_client), "oom", docker_client, run_id)

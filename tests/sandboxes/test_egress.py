@@ -21,12 +21,11 @@ from sandboxes.agents import AGENTS
 from sandboxes.config import SandboxSettings
 from sandboxes.egress import EGRESS_NETWORK, SQUID_PORT, build_egress_image
 from sandboxes.sandbox import Sandbox, SandboxSpec
-from sandboxes.session import SessionRequest, run_session
+from sandboxes.session import run_session
 from tests.sandboxes import probes
-from tests.sandboxes.test_agents import TASKS, check_result
+from tests.sandboxes.sessions import NO_MODEL, check_result, scripted_request
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-NO_MODEL = "http://127.0.0.1:9"
 
 
 @pytest.fixture(scope="module")
@@ -130,17 +129,13 @@ def test_each_agent_reaches_the_model_with_egress_on(  # type: ignore[no-untyped
     agent: str, docker_client, agents_image: str, egress_image: str, proxy_server, repo, run_id: str
 ) -> None:
     """The proxy variables must not capture the model's traffic: NO_PROXY names the relay's gateway."""
-    url, _data = proxy_server
     settings = SandboxSettings(egress="registries")
-    req = SessionRequest(
-        agent=agent,
-        repo=repo[0],
-        commit=repo[1],
-        task=TASKS["en"],
-        proxy_url=url,
-        image=agents_image,
+    req = scripted_request(
+        agent,
+        repo,
+        proxy_server[0],
+        agents_image,
         run_id=run_id,
-        model="scripted",
         time_limit_s=240,
         settings=settings,
         egress_image=egress_image,

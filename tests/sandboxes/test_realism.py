@@ -21,11 +21,11 @@ from sandboxes.cli import app as cli_app
 from sandboxes.config import SandboxSettings
 from sandboxes.envimage import gc_env_images
 from sandboxes.environment import prepare
-from sandboxes.session import SessionRequest, run_session
-from tests.sandboxes.conftest import git
+from sandboxes.session import run_session
+from tests.sandboxes.conftest import base_commit
+from tests.sandboxes.sessions import command_request, patched_files
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-NO_MODEL = "http://127.0.0.1:9"  # the command agent talks to no model
 FIX = "sed -i 's/return a - b/return a + b/' calc/__init__.py"
 
 PYPROJECT = """\
@@ -64,10 +64,7 @@ def python_repo(root: Path) -> tuple[Path, str]:
     (repo / "pyproject.toml").write_text(PYPROJECT)
     (repo / "calc" / "__init__.py").write_text("def add(a, b):\n    return a - b\n")
     (repo / "tests" / "test_calc.py").write_text(TESTS)
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    return repo, git(repo, "rev-parse", "HEAD")
+    return repo, base_commit(repo)
 
 
 @pytest.fixture
@@ -82,18 +79,8 @@ def settings(tmp_path: Path) -> SandboxSettings:
 
 
 def _session(prepared_fields: dict[str, object], repo: Path, sha: str, settings: SandboxSettings, cmd: str):  # type: ignore[no-untyped-def]
-    req = SessionRequest(
-        agent="command",
-        repo=repo,
-        commit=sha,
-        task="fix add",
-        proxy_url=NO_MODEL,
-        command=cmd,
-        time_limit_s=120,
-        settings=settings,
-        **prepared_fields,  # type: ignore[arg-type]
-    )
-    return run_session(req)
+    fields = {"task": "fix add", "time_limit_s": 120, "settings": settings, **prepared_fields}
+    return run_session(command_request((repo, sha), cmd, **fields))
 
 
 def test_python_environment_image_baseline_fails_after_fix_passes(
@@ -122,8 +109,7 @@ def test_python_environment_image_baseline_fails_after_fix_passes(
         assert (result.after["passed"], result.after["failed"]) == (2, 0), result.after["tail"]
         assert result.resolved is True
         # The patch is the fix alone: no egg-info, venv or cache the setup or the test runs left.
-        files = [line for line in result.patch.splitlines() if line.startswith("+++ ")]
-        assert files == ["+++ b/calc/__init__.py"], result.patch
+        assert patched_files(result) == ["+++ b/calc/__init__.py"], result.patch
         assert json.dumps(result.to_dict())
 
         again = prepare(docker_client, settings, agents_image, repo, sha, repo_id=repo_id)

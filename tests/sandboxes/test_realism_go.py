@@ -22,8 +22,9 @@ from sandboxes.config import SandboxSettings
 from sandboxes.egress import egress_network
 from sandboxes.envimage import gc_env_images
 from sandboxes.environment import prepare
-from sandboxes.session import SessionRequest, run_session
-from tests.sandboxes.conftest import git
+from sandboxes.session import run_session
+from tests.sandboxes.conftest import base_commit
+from tests.sandboxes.sessions import command_request, patched_files
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 MIRROR = "goproxy.dflash.test"
@@ -85,10 +86,7 @@ def go_repo(root: Path) -> tuple[Path, str]:
         'package app\n\nimport "testing"\n\nfunc TestHello(t *testing.T) {\n'
         '\tif got := Hello(); got != "hello!" {\n\t\tt.Fatalf("got %q", got)\n\t}\n}\n'
     )
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    return repo, git(repo, "rev-parse", "HEAD")
+    return repo, base_commit(repo)
 
 
 def test_go_module_dependency_through_the_proxy_and_resolved(  # type: ignore[no-untyped-def]
@@ -116,17 +114,8 @@ def test_go_module_dependency_through_the_proxy_and_resolved(  # type: ignore[no
         assert sum(h["bytes_in"] for h in fetched) > 200
         assert prepared.egress_image is None
         fix = "sed -i 's/return greet.Word()/return greet.Word() + \"!\"/' app.go"
-        req = SessionRequest(
-            agent="command",
-            repo=repo,
-            commit=sha,
-            task="fix Hello",
-            proxy_url="http://127.0.0.1:9",
-            command=fix,
-            time_limit_s=60,
-            settings=settings,
-            **prepared.request_fields(),
-        )
+        fields = {"task": "fix Hello", "time_limit_s": 60, "settings": settings, **prepared.request_fields()}
+        req = command_request((repo, sha), fix, **fields)
         result = run_session(req)
         assert result.status == "succeeded", result.reason
         assert result.baseline is not None
@@ -134,6 +123,6 @@ def test_go_module_dependency_through_the_proxy_and_resolved(  # type: ignore[no
         assert result.baseline["tests"] == {"TestHello": "failed"}, result.baseline["tail"]
         assert result.after["tests"] == {"TestHello": "passed"}, result.after["tail"]
         assert result.resolved is True
-        assert [ln for ln in result.patch.splitlines() if ln.startswith("+++ ")] == ["+++ b/app.go"]
+        assert patched_files(result) == ["+++ b/app.go"]
     finally:
         gc_env_images(docker_client, settings.model_copy(update={"env_budget_gb": 1e-6}), repo_id=repo_id)

@@ -12,7 +12,7 @@ from sandboxes import testrun
 from sandboxes.detect import plan_for, split_hint
 from sandboxes.egress import REGISTRIES, parse_log, squid_conf
 from sandboxes.families import FAMILIES, dockerfile, family_for, family_tag
-from tests.sandboxes.conftest import git
+from tests.sandboxes.conftest import base_commit, git
 
 PYTEST_RA = """\
 tests/test_calc.py .F                                                    [100%]
@@ -143,12 +143,9 @@ def test_resolved_by_counts_when_names_are_unknown() -> None:
 def _repo(tmp_path: Path, files: dict[str, str]) -> tuple[Path, str]:
     path = tmp_path / "r"
     path.mkdir()
-    git(path, "init", "-q")
     for name, text in files.items():
         (path / name).write_text(text)
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "base")
-    return path, git(path, "rev-parse", "HEAD")
+    return path, base_commit(path)
 
 
 def test_plan_detects_family_setup_and_test(tmp_path: Path) -> None:

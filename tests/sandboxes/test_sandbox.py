@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,27 +16,37 @@ from sandboxes import labels
 from sandboxes.config import SandboxSettings
 from sandboxes.gc import collect
 from sandboxes.sandbox import Sandbox, SandboxSpec
-from sandboxes.session import SessionRequest, run_session
+from sandboxes.session import run_session
 from tests.sandboxes.conftest import FUTURE_FILE, leftovers
+from tests.sandboxes.sessions import NOTHING_LEFT, check_failed, command_request
 from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.docker
-NOTHING: dict[str, list[str]] = {"containers": [], "networks": [], "rules": []}
 
 
-def _request(repo, proxy_url: str, image: str, run_id: str, command: str, **kw) -> SessionRequest:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def on_proxy(agents_image: str, proxy_server: tuple[str, Path], run_id: str) -> dict[str, str]:
+    """The request fields the command sessions here share: the agents image, the proxy, this test's run."""
+    return {"proxy_url": proxy_server[0], "image": agents_image, "run_id": run_id}
+
+
+def _try(repo: tuple[Path, str], proxy_url: str, image: str, run_id: str) -> subprocess.Popen[bytes]:
+    """`python -m sandboxes try` started on a command that runs for minutes."""
     path, base = repo
-    return SessionRequest(
-        agent="command",
-        repo=path,
-        commit=base,
-        task="",
-        proxy_url=proxy_url,
-        image=image,
-        run_id=run_id,
-        command=command,
-        **kw,
-    )
+    args = ["--repo", str(path), "--commit", base, "--proxy", proxy_url, "--image", image, "--run", run_id]
+    cmd = [sys.executable, "-m", "sandboxes", "try", *args, "--command", "sleep 300"]
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_running(client, run_id: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Wait (60 s at most) for the run's sandbox to run, then 1 s for it to reach the agent step; the filter
+    that finds it running."""
+    running = {"label": f"{labels.RUN}={run_id}", "status": "running"}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not client.api.containers(filters=running):
+        time.sleep(0.2)
+    time.sleep(1.0)
+    return running
 
 
 def test_no_history_after_the_base_commit(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
@@ -62,33 +73,25 @@ def test_no_history_after_the_base_commit(docker_client, agents_image, proxy_ser
         assert "added.txt" in patch
         assert "GIT binary patch" in patch
         assert "README.md" in patch
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
 
 
 def test_time_limit_overrun_fails_with_its_reason_and_leaves_nothing(  # type: ignore[no-untyped-def]
-    docker_client, agents_image, proxy_server, repo, run_id
+    docker_client, on_proxy, repo, run_id
 ) -> None:
     command = "echo started; sleep 60; echo finished"
-    req = _request(repo, proxy_server[0], agents_image, run_id, command, time_limit_s=3)
-    result = run_session(req, docker_client)
-    assert result.status == "failed"
-    assert result.reason, result.reason
-    assert result.reason.startswith("timeout"), result.reason
+    result = run_session(command_request(repo, command, time_limit_s=3, **on_proxy), docker_client)
+    check_failed(result, "timeout", docker_client, run_id)
     assert result.transcript == [{"raw": "started"}]  # killed at the limit: it never got to "finished"
-    assert leftovers(docker_client, run_id) == NOTHING
 
 
 def test_out_of_memory_fails_with_its_reason_and_leaves_nothing(  # type: ignore[no-untyped-def]
-    docker_client, agents_image, proxy_server, repo, run_id
+    docker_client, on_proxy, repo, run_id
 ) -> None:
     settings = SandboxSettings(memory="128m")
     hog = "python3 -c \"b = b'x' * (512 << 20); print(len(b))\""
-    req = _request(repo, proxy_server[0], agents_image, run_id, hog, time_limit_s=60, settings=settings)
-    result = run_session(req, docker_client)
-    assert result.status == "failed"
-    assert result.reason, (result.reason, result.stderr)
-    assert result.reason.startswith("oom"), (result.reason, result.stderr)
-    assert leftovers(docker_client, run_id) == NOTHING
+    req = command_request(repo, hog, time_limit_s=60, settings=settings, **on_proxy)
+    check_failed(run_session(req, docker_client), "oom", docker_client, run_id)
 
 
 def test_setup_failure_tears_down(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
@@ -96,7 +99,7 @@ def test_setup_failure_tears_down(docker_client, agents_image, proxy_server, rep
     spec = SandboxSpec(run_id, "bad-1", path, "no-such-rev", proxy_server[0], agents_image, SandboxSettings())
     with pytest.raises(ValueError, match="no-such-rev"), Sandbox(spec, docker_client):
         pass
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
 
 
 def test_wall_time_watchdog_kills_the_whole_sandbox(
@@ -115,36 +118,13 @@ def test_wall_time_watchdog_kills_the_whole_sandbox(
         res = box.exec(["true"])
         assert res.timed_out
         assert res.exit_code != 0
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
 
 
 def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
-    path, base = repo
-    cmd = [
-        sys.executable,
-        "-m",
-        "sandboxes",
-        "try",
-        "--repo",
-        str(path),
-        "--commit",
-        base,
-        "--proxy",
-        proxy_server[0],
-        "--image",
-        agents_image,
-        "--run",
-        run_id,
-        "--command",
-        "sleep 300",
-    ]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = _try(repo, proxy_server[0], agents_image, run_id)
     try:
-        deadline = time.monotonic() + 60
-        running = {"label": f"{labels.RUN}={run_id}", "status": "running"}
-        while time.monotonic() < deadline and not docker_client.api.containers(filters=running):
-            time.sleep(0.2)
-        time.sleep(1.0)  # let it reach the agent step
+        running = _wait_running(docker_client, run_id)
         assert docker_client.api.containers(filters=running), proc.stderr.read1().decode()  # type: ignore[union-attr]
     finally:
         os.kill(proc.pid, signal.SIGKILL)
@@ -166,38 +146,15 @@ def test_gc_cleans_what_a_killed_run_left(docker_client, agents_image, proxy_ser
     assert report["containers"] == left["containers"]
     assert report["networks"] == left["networks"]
     assert report["rules"] >= len(left["rules"])
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
 
 
 def test_sigterm_to_try_still_tears_down(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
-    path, base = repo
-    cmd = [
-        sys.executable,
-        "-m",
-        "sandboxes",
-        "try",
-        "--repo",
-        str(path),
-        "--commit",
-        base,
-        "--proxy",
-        proxy_server[0],
-        "--image",
-        agents_image,
-        "--run",
-        run_id,
-        "--command",
-        "sleep 300",
-    ]
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    running = {"label": f"{labels.RUN}={run_id}", "status": "running"}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not docker_client.api.containers(filters=running):
-        time.sleep(0.2)
-    time.sleep(1.0)
+    proc = _try(repo, proxy_server[0], agents_image, run_id)
+    _wait_running(docker_client, run_id)
     proc.terminate()
     assert proc.wait(timeout=60) == 143
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
 
 
 def test_gc_spares_a_live_owner(docker_client, agents_image, proxy_server, repo, run_id) -> None:  # type: ignore[no-untyped-def]
@@ -211,24 +168,19 @@ def test_gc_spares_a_live_owner(docker_client, agents_image, proxy_server, repo,
         box.container.reload()
         assert box.container.status == "running"
         assert box.container.labels[labels.SESSION] == "live-1"
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT
 
 
-def test_concurrent_sessions_share_one_client(
-    docker_client, agents_image, proxy_server, repo, run_id
-) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_sessions_share_one_client(docker_client, on_proxy, repo, run_id) -> None:  # type: ignore[no-untyped-def]
     """The factory runs sessions in threads with one Docker client: each gets its own confined sandbox."""
     from concurrent.futures import ThreadPoolExecutor
 
     script = "echo $DFLASH_PROXY_URL > proof.txt && python3 -c \"import urllib.request as u, os; u.urlopen(os.environ['DFLASH_PROXY_URL'] + '/healthz', timeout=5)\""
-    reqs = [
-        _request(repo, proxy_server[0], agents_image, run_id, script, session_id=f"conc-{i}")
-        for i in range(4)
-    ]
+    reqs = [command_request(repo, script, session_id=f"conc-{i}", **on_proxy) for i in range(4)]
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda r: run_session(r, docker_client), reqs))
     assert [r.status for r in results] == ["succeeded"] * 4, [(r.reason, r.stderr) for r in results]
     assert all("+http://" in r.patch for r in results), [(r.session_id, r.patch, r.timings) for r in results]
     urls = {r.patch.split("+http://", 1)[1].split("\n", 1)[0] for r in results}
     assert len(urls) == 4, "each sandbox reaches the proxy through its own network and relay"
-    assert leftovers(docker_client, run_id) == NOTHING
+    assert leftovers(docker_client, run_id) == NOTHING_LEFT

@@ -15,6 +15,7 @@ from sandboxes.config import SandboxSettings
 from sandboxes.images import build
 from sandboxes.images.mirror import host_mirror, parse_sources
 from sandboxes.labels import owner_alive, owner_token
+from tests.sandboxes.conftest import base_commit, git
 
 
 def test_parse_sources_reads_both_formats_and_filters_by_suite() -> None:
@@ -160,29 +161,13 @@ def test_checkout_tar_holds_the_base_tree_and_no_history(tmp_path: Path) -> None
 
     src = tmp_path / "src"
     src.mkdir()
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(src), *args], check=True, capture_output=True, text=True, env=env
-        ).stdout.strip()
-
-    git("init", "-q")
     (src / "a.txt").write_text("base\n")
     (src / "run.sh").write_text("#!/bin/sh\n")
     (src / "run.sh").chmod(0o755)
-    git("add", "-A")
-    git("commit", "-q", "-m", "one")
-    base = git("rev-parse", "HEAD")
+    base = base_commit(src)
     (src / "future.txt").write_text("fix\n")
-    git("add", "-A")
-    git("commit", "-q", "-m", "two")
+    git(src, "add", "-A")
+    git(src, "commit", "-q", "-m", "two")
     data, head = checkout_tar(src, "HEAD~1", "repo", uid=1000)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         names = tar.getnames()
