@@ -16,9 +16,8 @@ from typing import Annotated
 import typer
 from sqlalchemy.orm import Session as OrmSession
 
-from clikit import settings_command
 from factory import cli_ingest, cli_publish, cli_rehearse
-from factory.cli_common import DataDir, Db, app, console
+from factory.cli_common import DataDir, Db, app, console, options_command
 from factory.cli_common import db_sessions as _sessions
 from factory.harvest import HarvestOptions
 from factory.run.runners import RAY_EGRESS, RunOptions
@@ -40,8 +39,7 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False) -> 
     )
 
 
-@app.command()
-@settings_command(RunOptions)
+@options_command(RunOptions)
 def run(
     settings: RunOptions,
     proxy_url: Annotated[
@@ -212,8 +210,7 @@ def _setup_failures(s: OrmSession) -> dict[str, dict[str, object]]:
     return {name: {"sessions": n, "reason": last[name]} for name, n in failed.items()}
 
 
-@app.command()
-@settings_command(HarvestOptions)
+@options_command(HarvestOptions)
 def harvest(
     settings: HarvestOptions,
     data_dir: DataDir = Path("data"),

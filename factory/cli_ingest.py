@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from clikit import settings_command
-from factory.cli_common import DataDir, Db, app, console, repos_app
+from factory.cli_common import DataDir, Db, app, console, options_command, repos_app
 from factory.cli_common import db_sessions as _sessions
 from factory.run.plan import PlanOptions
 
@@ -125,8 +124,7 @@ def translate(
     console.print(counts)
 
 
-@app.command()
-@settings_command(PlanOptions)
+@options_command(PlanOptions)
 def plan(
     settings: PlanOptions,
     data_dir: DataDir = Path("data"),

@@ -7,15 +7,13 @@ from typing import Annotated
 
 import typer
 
-from clikit import settings_command
-from factory.cli_common import DataDir, Db, app, console
+from factory.cli_common import DataDir, Db, app, console, options_command
 from factory.cli_common import db_sessions as _sessions
 from factory.publish.export import ExportSettings, remembered
 from factory.publish.export import export as do_export
 
 
-@app.command()
-@settings_command(ExportSettings)
+@options_command(ExportSettings)
 def export(
     settings: ExportSettings,
     data_dir: DataDir = Path("data"),

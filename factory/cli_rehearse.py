@@ -7,15 +7,13 @@ import json
 import typer
 from rich.table import Table
 
-from clikit import settings_command
-from factory.cli_common import app, console
+from factory.cli_common import console, options_command
 from factory.rehearse import report as rehearsal_report
 from factory.rehearse.options import RehearseOptions
 from factory.rehearse.supervisor import run as run_rehearsal
 
 
-@app.command()
-@settings_command(RehearseOptions)
+@options_command(RehearseOptions)
 def rehearse(settings: RehearseOptions) -> None:
     """Plan the seed's campaign (17,615 issues × EN/KO × 3 agents ≈ 103k sessions) in the queue, run --sessions
     of them through the real queue, runner processes, proxies and spool with the scripted brain and the

@@ -48,16 +48,7 @@ def session_rows(sessions: sessionmaker[OrmSession]) -> dict[str, dict[str, Any]
             title, body = issue.title, issue.body
             if sess.lang == "ko" and issue.id in ko:
                 title, body = ko[issue.id].title or title, ko[issue.id].body or body
-            task = build_task(
-                lang=sess.lang,
-                repo=repo.name,
-                language=repo.language,
-                setup_hint=repo.setup_hint,
-                number=issue.number,
-                title=title,
-                body=body,
-                test_command=repo.test_command,
-            )
+            task = build_task(sess.lang, repo, issue.number, title, body)
             key = sess.proxy_session_id or attempt_id(sess.id, sess.attempts)
             out[key] = {
                 "session_id": sess.id,

@@ -18,6 +18,10 @@ from sqlalchemy.engine import Engine, make_url
 
 from factory.db import connect, session_factory, utcnow
 from factory.run import queue
+from factory.run.runner_types import SessionOutcome
+
+# What a session that did no work reports: the queue's own cost is all that is measured.
+NO_WORK = SessionOutcome(exit_status=0, patch="", transcript=[], agent_session_id=None)
 
 
 @contextlib.contextmanager
@@ -59,16 +63,7 @@ def claims_per_s(url: str, threads: int, seconds: float, release: Engine | None 
                     return
                 now = utcnow()
                 queue.finish(
-                    sessions,
-                    c,
-                    owner,
-                    exit_status=0,
-                    patch="",
-                    transcript_path=None,
-                    agent_session_id=None,
-                    error=None,
-                    started_at=now,
-                    finished_at=now,
+                    sessions, c, owner, NO_WORK, transcript_path=None, started_at=now, finished_at=now
                 )
                 done[i] += 1
 

@@ -37,14 +37,14 @@ class Progress:
 
     def _line(self, runner: Runner, text: str) -> None:
         c = queue.counts(runner.sessions)
-        st = runner.stats
-        self.console.print(
+        self._say(
             f"session {text} · done {c.get('done', 0)}, failed {c.get('failed', 0)}, "
-            f"pending {c.get('pending', 0)} · {st.rate_per_hour():.1f}/h",
-            soft_wrap=True,
-            highlight=False,
-            markup=False,
+            f"pending {c.get('pending', 0)} · {runner.stats.rate_per_hour():.1f}/h"
         )
+
+    def _say(self, line: str) -> None:
+        """One plain line as it is: a session's error may hold brackets that are not markup."""
+        self.console.print(line, soft_wrap=True, highlight=False, markup=False)
 
     def table(self, runner: Runner) -> Table:
         c = queue.counts(runner.sessions)
@@ -105,11 +105,9 @@ class Progress:
         if self.plain:
             self.tick(runner)  # any session finished after the last tick
             st = runner.stats
-            self.console.print(
+            self._say(
                 f"sessions: {st.done} done ({st.agent_failed} agent-failed), {st.infra_retries} retried, "
-                f"{st.infra_failed} failed by infrastructure",
-                soft_wrap=True,
-                highlight=False,
+                f"{st.infra_failed} failed by infrastructure"
             )
             return
         self.console.print(self.table(runner))

@@ -19,6 +19,8 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Session, Translation, utcnow
+from factory.run.runner_types import SessionOutcome
+from factory.run.tasks import build_task
 from records import attempt_id
 from records.agents import AGENT_NAMES, AgentName
 from sandboxes.labels import process_start_time
@@ -57,9 +59,7 @@ class Claimed:
     setup_hint: str | None
     test_command: str | None
     base_commit: str
-    issue_number: int
-    title: str
-    body: str
+    task: str  # the agent's brief: the issue in the session's language
 
 
 def _claimable(now: dt.datetime):  # type: ignore[no-untyped-def]
@@ -131,63 +131,62 @@ def claim(
                 setup_hint=repo.setup_hint,
                 test_command=repo.test_command,
                 base_commit=issue.base_commit or "",
-                issue_number=issue.number,
-                title=title,
-                body=body,
+                task=build_task(row.lang, repo, issue.number, title, body),
             )
 
 
-def renew(sessions: sessionmaker[OrmSession], owner: str, ids: list[str], *, lease_s: float) -> int:
+def _update_held(sessions: sessionmaker[OrmSession], ids: list[str], owner: str, **values: Any) -> int:
+    """Set `values` on the sessions of `ids` that `owner` still holds (running under its lease): a lease
+    lost meanwhile leaves its session alone. Returns how many were updated."""
     if not ids:
         return 0
     with sessions.begin() as s:
         res = s.execute(
             update(Session)
             .where(Session.id.in_(ids), Session.lease_owner == owner, Session.status == "running")
-            .values(lease_expires_at=utcnow() + dt.timedelta(seconds=lease_s))
+            .values(**values)
         )
         return int(res.rowcount or 0)  # type: ignore[attr-defined]
+
+
+def renew(sessions: sessionmaker[OrmSession], owner: str, ids: list[str], *, lease_s: float) -> int:
+    return _update_held(sessions, ids, owner, lease_expires_at=utcnow() + dt.timedelta(seconds=lease_s))
 
 
 def finish(
     sessions: sessionmaker[OrmSession],
     claimed: Claimed,
     owner: str,
+    outcome: SessionOutcome,
     *,
-    exit_status: int | None,
-    patch: str,
     transcript_path: str | None,
-    agent_session_id: str | None,
-    error: str | None,
     started_at: dt.datetime,
     finished_at: dt.datetime,
-    tests: dict[str, Any] | None = None,
 ) -> bool:
-    """Store the result; False when the lease was lost meanwhile (the result is then dropped)."""
-    tests = tests or {}
-    with sessions.begin() as s:
-        res = s.execute(
-            update(Session)
-            .where(Session.id == claimed.id, Session.lease_owner == owner, Session.status == "running")
-            .values(
-                status="done",
-                lease_owner=None,
-                lease_expires_at=None,
-                exit_status=exit_status,
-                patch=patch,
-                transcript_path=transcript_path,
-                agent_session_id=agent_session_id,
-                error=error,
-                started_at=started_at,
-                finished_at=finished_at,
-                duration_s=(finished_at - started_at).total_seconds(),
-                test_baseline=tests.get("baseline"),
-                test_after=tests.get("after"),
-                resolved=tests.get("resolved"),
-                environment=tests.get("environment"),
-            )
-        )
-        return bool(res.rowcount)  # type: ignore[attr-defined]
+    """Store the outcome (its transcript as stored at `transcript_path`); False when the lease was lost
+    meanwhile (the result is then dropped)."""
+    tests = outcome.tests or {}
+    updated = _update_held(
+        sessions,
+        [claimed.id],
+        owner,
+        status="done",
+        lease_owner=None,
+        lease_expires_at=None,
+        exit_status=outcome.exit_status,
+        patch=outcome.patch,
+        transcript_path=transcript_path,
+        agent_session_id=outcome.agent_session_id,
+        error=outcome.error,
+        started_at=started_at,
+        finished_at=finished_at,
+        duration_s=(finished_at - started_at).total_seconds(),
+        test_baseline=tests.get("baseline"),
+        test_after=tests.get("after"),
+        resolved=tests.get("resolved"),
+        environment=tests.get("environment"),
+    )
+    return bool(updated)
 
 
 def retry_later(
@@ -205,35 +204,33 @@ def retry_later(
     delay = min(backoff_max_s, backoff_s * 2 ** (claimed.attempt - 1))
     now = utcnow()
     final = claimed.attempt >= max_attempts
-    with sessions.begin() as s:
-        res = s.execute(
-            update(Session)
-            .where(Session.id == claimed.id, Session.lease_owner == owner, Session.status == "running")
-            .values(
-                status="failed" if final else "pending",
-                lease_owner=None,
-                lease_expires_at=None,
-                not_before=now + dt.timedelta(seconds=delay),
-                error=f"attempt {claimed.attempt}: {error}"[:4000],
-                finished_at=now if final else None,
-            )
-        )
-        if not res.rowcount:  # type: ignore[attr-defined]
-            return ""
+    updated = _update_held(
+        sessions,
+        [claimed.id],
+        owner,
+        status="failed" if final else "pending",
+        lease_owner=None,
+        lease_expires_at=None,
+        not_before=now + dt.timedelta(seconds=delay),
+        error=f"attempt {claimed.attempt}: {error}"[:4000],
+        finished_at=now if final else None,
+    )
+    if not updated:
+        return ""
     return "failed" if final else "pending"
 
 
 def release(sessions: sessionmaker[OrmSession], ids: list[str], owner: str) -> int:
     """Give leases back (a clean stop): the sessions become claimable at once, the attempt uncounted."""
-    if not ids:
-        return 0
-    with sessions.begin() as s:
-        res = s.execute(
-            update(Session)
-            .where(Session.id.in_(ids), Session.lease_owner == owner, Session.status == "running")
-            .values(status="pending", lease_owner=None, lease_expires_at=None, attempts=Session.attempts - 1)
-        )
-        return int(res.rowcount or 0)  # type: ignore[attr-defined]
+    return _update_held(
+        sessions,
+        ids,
+        owner,
+        status="pending",
+        lease_owner=None,
+        lease_expires_at=None,
+        attempts=Session.attempts - 1,
+    )
 
 
 def dead_local_leases(sessions: sessionmaker[OrmSession]) -> list[tuple[str, str]]:

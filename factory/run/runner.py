@@ -1,7 +1,7 @@
 """N concurrent workers that claim sessions from the database and run them.
 
-Each worker: claim (lease) → materialise the repository → build the task → ``SessionRunner.run`` →
-store the result under the lease. Infrastructure failures go back to the queue with exponential
+Each worker: claim (lease; the claim carries the task) → materialise the repository → ``SessionRunner.run``
+→ store the result under the lease. Infrastructure failures go back to the queue with exponential
 backoff. A heartbeat renews the leases of sessions in flight. Killing the process at any moment
 loses nothing: its leases expire (on this host at once, on the next start) and those sessions run
 again; a finished session is never claimed again."""
@@ -32,7 +32,6 @@ from factory.db import utcnow
 from factory.run import queue
 from factory.run.repocache import RepoCache
 from factory.run.runner_types import InfraError, SessionOutcome, SessionRunner, SessionSpec
-from factory.run.tasks import build_task
 from records.atomic import write_bytes
 
 log = logging.getLogger(__name__)
@@ -194,16 +193,7 @@ class Runner:
                 repo_name=c.repo_name,
                 repo_path=repo_path,
                 base_commit=c.base_commit,
-                task=build_task(
-                    lang=c.lang,
-                    repo=c.repo_name,
-                    language=c.repo_language,
-                    setup_hint=c.setup_hint,
-                    number=c.issue_number,
-                    title=c.title,
-                    body=c.body,
-                    test_command=c.test_command,
-                ),
+                task=c.task,
                 proxy_url=self.cfg.proxy_url,
                 setup_hint=c.setup_hint,
                 repo_language=c.repo_language,
@@ -240,12 +230,8 @@ class Runner:
             self.sessions,
             c,
             owner,
-            exit_status=outcome.exit_status,
-            patch=outcome.patch,
+            outcome,
             transcript_path=transcript,
-            agent_session_id=outcome.agent_session_id,
-            error=outcome.error,
-            tests=outcome.tests,
             started_at=started,
             finished_at=utcnow(),
         )

@@ -3,6 +3,7 @@ session's agent in a confined Docker sandbox (`sandboxes.session.run_session`)."
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -83,14 +84,7 @@ class SandboxSessionRunner:
 
     @classmethod
     def from_args(cls, args: RunnerArgs) -> SandboxSessionRunner:
-        return cls(
-            image=args.image,
-            model=args.model,
-            time_limit_s=args.time_limit_s,
-            run_id=args.run_id,
-            command=args.command,
-            egress=args.egress,
-        )
+        return cls(**dataclasses.asdict(args))  # RunnerArgs's fields are this constructor's keywords
 
     def _image(self) -> str:
         with self._image_lock:

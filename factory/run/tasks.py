@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from factory.db import Repo
+
 _EN = """You are working in a checkout of the repository {repo} ({language}) at the commit where the
 GitHub issue below was filed. Resolve the issue by changing the code in this repository: find the
 cause, make the fix, and add or update tests where it makes sense. Do not ask questions; work on your own.
@@ -26,21 +28,17 @@ _SETUP = {"en": "Setup hint: {hint}\n", "ko": "설치/테스트 방법: {hint}\n
 _TEST = {"en": "Run the tests with: {test}\n", "ko": "테스트 실행 방법: {test}\n"}
 
 
-def build_task(
-    *,
-    lang: str,
-    repo: str,
-    language: str,
-    setup_hint: str | None,
-    number: int,
-    title: str,
-    body: str,
-    test_command: str | None = None,
-) -> str:
+def build_task(lang: str, repo: Repo, number: int, title: str, body: str) -> str:
+    """The task of issue `number` of `repo`, its `title` and `body` already in `lang` (a translation's)."""
     template = _KO if lang == "ko" else _EN
-    setup = _SETUP.get(lang, _SETUP["en"]).format(hint=setup_hint) if setup_hint else ""
-    if test_command:
-        setup += _TEST.get(lang, _TEST["en"]).format(test=test_command)
+    setup = _SETUP.get(lang, _SETUP["en"]).format(hint=repo.setup_hint) if repo.setup_hint else ""
+    if repo.test_command:
+        setup += _TEST.get(lang, _TEST["en"]).format(test=repo.test_command)
     return template.format(
-        repo=repo, language=language, setup=setup, number=number, title=title.strip(), body=body.strip()
+        repo=repo.name,
+        language=repo.language,
+        setup=setup,
+        number=number,
+        title=title.strip(),
+        body=body.strip(),
     )

@@ -9,9 +9,6 @@ S3-compatible server on loopback (tests/support/s3.py; no real store can be inst
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +17,8 @@ import pytest
 
 from records.io import read_table
 from records.storage import Store
+from tests.factory.reaping import finish, harvest
 from tests.proxy.live import scripted_upstream
-from tests.support import REPO_ROOT
 from tests.support.s3 import local_s3
 
 pytestmark = [pytest.mark.slow]
@@ -37,34 +34,8 @@ def test_single_host_harvest_lands_calls_and_transcripts_in_the_store(upstream: 
     data = tmp_path / "data"
     with local_s3() as s3:  # the AWS_* variables are in os.environ: the harvest and its proxy inherit them
         store = f"s3://{s3.new_bucket()}/single"
-        args = [
-            sys.executable,
-            "-m",
-            "factory",
-            "harvest",
-            "--store-url",
-            store,
-            "--target-url",
-            upstream,
-            "--runner",
-            "fake",
-            "--limit",
-            "3",
-            "--held-out",
-            "0",
-            "--data-dir",
-            str(data),
-        ]
-        r = subprocess.run(
-            args,
-            cwd=REPO_ROOT,
-            env={**os.environ, "DFLASH_FAKE_RUNNER_CALLS": "2"},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        (tmp_path / "harvest.log").write_text(r.stderr)  # for a failure's post-mortem
-        assert r.returncode == 0, r.stderr[-4000:]
+        args = ("--store-url", store, "--target-url", upstream, "--runner", "fake")
+        finish(harvest(data, *args, env={"DFLASH_FAKE_RUNNER_CALLS": "2"}, limit=3), timeout_s=600)
         calls = Counter(read_table(store, ["session_id"]).column("session_id").to_pylist())
         transcripts = Store.from_url(store).list("transcripts", suffix=".jsonl.zst")
     assert len(calls) == 3

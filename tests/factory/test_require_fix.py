@@ -21,7 +21,7 @@ from factory.run.runner import RunConfig, Runner
 
 from .fake_github import FakeGitHub, FakeRepo, issue
 from .helpers import git_repo
-from .test_fixlink import _xref
+from .test_fixlink import _merged_pull, _xref
 
 BODY = "Steps to reproduce: " + "y" * 80
 
@@ -44,13 +44,7 @@ def _harvested(tmp_path: Path, db_url: str) -> None:
                     2: [{"event": "closed", "commit_id": "c" * 40}],
                     3: [{"event": "closed", "commit_id": None}],
                 },
-                pulls={
-                    12: {
-                        "number": 12,
-                        "html_url": "https://github.com/o/r/pull/12",
-                        "merge_commit_sha": "m" * 40,
-                    }
-                },
+                pulls={12: _merged_pull(12)},
                 pull_files={12: ["src/x.py", "tests/test_x.py"]},
                 commit_files={"c" * 40: ["src/y.py"]},
             )

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 
 from factory.db import Session, connect, session_factory, utcnow
+from factory.rehearse.probe import NO_WORK
 from factory.run import queue
 from factory.run.fake_runner import FakeSessionRunner
 from factory.run.plan import PlanConfig, plan
@@ -169,15 +170,4 @@ def test_limit_and_lost_lease(tmp_path, sqlite_url):
     assert other.id == c.id
     assert other.attempt == 2
     now = utcnow()
-    assert not queue.finish(
-        sessions,
-        c,
-        "me",
-        exit_status=0,
-        patch="",
-        transcript_path=None,
-        agent_session_id=None,
-        error=None,
-        started_at=now,
-        finished_at=now,
-    )
+    assert not queue.finish(sessions, c, "me", NO_WORK, transcript_path=None, started_at=now, finished_at=now)

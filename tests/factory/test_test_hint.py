@@ -109,11 +109,8 @@ def test_the_session_runs_the_test_command_over_the_hint_and_detection(tmp_path:
 
 
 def test_the_agents_task_names_the_test_command_in_its_language() -> None:
-    args = {"repo": "a/b", "language": "Python", "setup_hint": None, "number": 1, "title": "t", "body": "b"}
-    assert "Run the tests with: pytest -q tests\n" in build_task(
-        lang="en", test_command="pytest -q tests", **args
-    )
-    assert "테스트 실행 방법: pytest -q tests\n" in build_task(
-        lang="ko", test_command="pytest -q tests", **args
-    )
-    assert "Run the tests" not in build_task(lang="en", **args)
+    tested = Repo(name="a/b", language="Python", setup_hint=None, test_command="pytest -q tests")
+    assert "Run the tests with: pytest -q tests\n" in build_task("en", tested, 1, "t", "b")
+    assert "테스트 실행 방법: pytest -q tests\n" in build_task("ko", tested, 1, "t", "b")
+    untested = Repo(name="a/b", language="Python", setup_hint=None, test_command=None)
+    assert "Run the tests" not in build_task("en", untested, 1, "t", "b")

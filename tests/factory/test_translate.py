@@ -11,6 +11,8 @@ import time
 import httpx
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session as OrmSession
+from sqlalchemy.orm import sessionmaker
 
 from factory.db import Issue, Repo, Translation, connect, session_factory
 from factory.ingest.translate import (
@@ -140,16 +142,22 @@ def test_all_code_text_needs_no_model():
     assert translator(model).translate_text("`foo()`") == ("`foo()`", 0)
 
 
-def test_translate_missing_caches_ok_and_rejected(sqlite_url):
-    sessions = session_factory(connect(sqlite_url))
+def issues_db(url: str, numbers: range) -> sessionmaker[OrmSession]:
+    """A database with one repository and its issues `numbers`, each with BODY."""
+    sessions = session_factory(connect(url))
     with sessions.begin() as s:
         r = Repo(name="o/r", language="Python", license="MIT", clone_url="x")
         s.add(r)
         s.flush()
         s.add_all(
             Issue(repo_id=r.id, number=n, title=f"Issue {n} fails", body=BODY, created_at="t", updated_at="t")
-            for n in (1, 2)
+            for n in numbers
         )
+    return sessions
+
+
+def test_translate_missing_caches_ok_and_rejected(sqlite_url):
+    sessions = issues_db(sqlite_url, range(1, 3))
     model = FakeModel(fake_korean)
     assert translate_missing(sessions, translator(model)) == {"ok": 2, "rejected": 0}
     calls = len(model.requests)
@@ -237,15 +245,7 @@ def test_the_language_of_source_and_answer_is_identified():
 
 
 def test_translation_runs_concurrently_in_the_background(sqlite_url):
-    sessions = session_factory(connect(sqlite_url))
-    with sessions.begin() as s:
-        r = Repo(name="o/r", language="Python", license="MIT", clone_url="x")
-        s.add(r)
-        s.flush()
-        s.add_all(
-            Issue(repo_id=r.id, number=n, title=f"Issue {n} fails", body=BODY, created_at="t", updated_at="t")
-            for n in range(1, 7)
-        )
+    sessions = issues_db(sqlite_url, range(1, 7))
     done: list[int] = []
     lock, inflight, peak = threading.Lock(), [0], [0]
 
