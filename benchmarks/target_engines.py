@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -29,6 +30,8 @@ import psutil
 
 from clikit.children import free_port
 from records.io import read_table
+from trainer.replay.calls import ReplayError
+from trainer.replay.servers import wait_healthy
 
 
 class PeakRss:
@@ -60,13 +63,10 @@ def engine(name: str, argv: list[str], log: Path) -> Iterator[tuple[str, float, 
     rss = PeakRss(proc.pid)
     url, started = f"http://127.0.0.1:{port}", time.perf_counter()
     try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"{name} exited with {proc.returncode}; see {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.5)
+        try:
+            wait_healthy(url, proc, math.inf, log)
+        except ReplayError as e:
+            raise SystemExit(f"{name}: {e}") from None
         yield url, time.perf_counter() - started, rss
     finally:
         rss.stop()

@@ -13,7 +13,7 @@ import inspect
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 from torch import nn
@@ -30,6 +30,14 @@ class ForwardOutput:
 
     logits: torch.Tensor
     taps: torch.Tensor | None = None
+
+
+class RenderOptions(TypedDict, total=False):
+    """The chat template's options `Target.render` passes on to `Target.render_text`."""
+
+    add_generation_prompt: bool
+    continue_final_message: bool
+    chat_template_kwargs: Mapping[str, Any] | None
 
 
 @dataclass
@@ -158,21 +166,12 @@ class Target:
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: Sequence[Mapping[str, Any]] | None = None,
-        *,
-        add_generation_prompt: bool = True,
-        continue_final_message: bool = False,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
+        **options: Unpack[RenderOptions],
     ) -> list[int]:
         """Prompt token ids exactly as the server feeds them to the model (and reports as
-        `prompt_token_ids`): the template's text, tokenized without added special tokens, as vLLM does."""
-        text = self.render_text(
-            messages,
-            tools,
-            add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message,
-            chat_template_kwargs=chat_template_kwargs,
-        )
-        return self.encode(text, add_special_tokens=False)
+        `prompt_token_ids`): the template's text (`render_text`, with the same options), tokenized
+        without added special tokens, as vLLM does."""
+        return self.encode(self.render_text(messages, tools, **options), add_special_tokens=False)
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
@@ -96,6 +97,17 @@ def _tensors(step: PackedStep) -> list[torch.Tensor]:
     return [step.taps, step.input_ids, step.loss_mask, layout.seg, layout.pos, layout.share]
 
 
+def _map_step(step: PackedStep, fn: Callable[[torch.Tensor], torch.Tensor]) -> PackedStep:
+    """The step with ``fn`` applied to the tensors the accelerator reads (the host-side copies stay)."""
+    return dataclasses.replace(
+        step,
+        taps=fn(step.taps),
+        input_ids=fn(step.input_ids),
+        loss_mask=fn(step.loss_mask),
+        layout=step.layout.map(fn),
+    )
+
+
 def host_copy(step: PackedStep, pin: bool | None = None) -> PackedStep:
     """The step's tensors in host memory, pinned when a GPU will read them (an asynchronous copy);
     `pin`: whether to pin (default: when the step is on a GPU now)."""
@@ -107,13 +119,7 @@ def host_copy(step: PackedStep, pin: bool | None = None) -> PackedStep:
         # straight into page-locked memory of the exact size (t.cpu().pin_memory() copies twice)
         return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t)
 
-    return dataclasses.replace(
-        step,
-        taps=host(step.taps),
-        input_ids=host(step.input_ids),
-        loss_mask=host(step.loss_mask),
-        layout=step.layout.map(host),
-    )
+    return _map_step(step, host)
 
 
 def to_device(step: PackedStep, device: torch.device) -> PackedStep:
@@ -124,10 +130,4 @@ def to_device(step: PackedStep, device: torch.device) -> PackedStep:
     def dev(t: torch.Tensor) -> torch.Tensor:
         return t.to(device, non_blocking=True)
 
-    return dataclasses.replace(
-        step,
-        taps=dev(step.taps),
-        input_ids=dev(step.input_ids),
-        loss_mask=dev(step.loss_mask),
-        layout=step.layout.map(dev),
-    )
+    return _map_step(step, dev)

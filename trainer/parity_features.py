@@ -33,7 +33,7 @@ import torch
 from lm import Target
 from trainer.dflash import helpers as H
 from trainer.dflash.kinds import load_drafter
-from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel
+from trainer.dflash.model import CONFIG_NAME, DFlashDraftModel, Slots
 from trainer.dflash.objective import block_hidden, tokens_before
 from trainer.drafting import frozen_weight
 from trainer.evaluate import Prompt
@@ -82,7 +82,7 @@ def _slots(
     )
     a, s = labels.shape
     prev = tokens_before(ids, anchors, s, shift).flatten()
-    _, pred = drafter.slot_terms(hidden.reshape(a * s, -1), prev, labels.flatten(), head, 0.0)
+    _, pred = drafter.slot_terms(Slots(hidden.reshape(a * s, -1), prev, labels.flatten()), head, 0.0)
     hit = (pred.reshape(a, s) == labels) & valid
     hit = hit[:, 1:] if not shift else hit  # DFlash's slot 0 is the anchor itself, never drafted
     accepted = hit.long().cumprod(1).sum(1)

@@ -27,7 +27,6 @@ import fcntl
 import json
 import os
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -46,6 +45,7 @@ from clikit import settings_command
 from lm.errors import LmError
 from lm.loading import load_target
 from lm.model import Target
+from lm.standin.protocol import response_head, text_choice, usage
 from lm.standin.server import TargetServer
 from records.atomic import atomic_path
 
@@ -161,22 +161,14 @@ class Extractor:
         states, token = self.hidden_states(prompt)
         path = self.path_for(rid, body.get("kv_transfer_params"))
         self.write(path, states, prompt)
-        choice: dict[str, Any] = {
-            "index": 0,
-            "text": self.target.decode([token]) if self.target.tokenizer is not None else "",
-            "logprobs": None,
-            "finish_reason": "length",
-            "stop_reason": None,
-        }
+        text = self.target.decode([token]) if self.target.tokenizer is not None else ""
+        choice = text_choice(text, "length", None)
         if body.get("return_token_ids"):
             choice.update(prompt_token_ids=list(prompt), token_ids=[token])
         return {
-            "id": rid,
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": self.model_name,
+            **response_head(rid, "text_completion", self.model_name),
             "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": 1, "total_tokens": len(prompt) + 1},
+            "usage": usage(prompt, [token]),
             "kv_transfer_params": {"hidden_states_path": str(path)},
         }
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import jinja2
 
@@ -26,6 +26,14 @@ from lm.standin.protocol import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class FrontendOptions(TypedDict, total=False):
+    """`Frontend`'s keyword arguments, as a server passes them on."""
+
+    max_model_len: int | None
+    served_model_name: str | None
+    max_tokens_cap: int | None
 
 
 class Frontend:

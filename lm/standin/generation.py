@@ -21,8 +21,10 @@ from lm.standin.protocol import (
     CompletionRequest,
     OpenAIError,
     include_usage,
+    response_head,
     sse,
     stops,
+    text_choice,
     usage,
     with_usage,
 )
@@ -96,10 +98,7 @@ class Generation:
         if req.return_token_ids:
             choice["token_ids"] = token_ids
         return {
-            "id": rid,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": fe.model_name,
+            **response_head(rid, "chat.completion", fe.model_name),
             "choices": [choice],
             "usage": usage(prompt_ids, token_ids),
             "prompt_token_ids": prompt_ids if req.return_token_ids else None,
@@ -120,27 +119,14 @@ class Generation:
         if req.stream:
             return stream_response(self._completion_chunks(rid, req, prompt_ids, params, output))
         token_ids, finish, stop_reason = await self._collect(prompt_ids, params, output)
-        choice: dict[str, Any] = {
-            "index": 0,
-            "text": output.message.content,
-            "logprobs": None,
-            "finish_reason": finish,
-            "stop_reason": stop_reason,
-        }
+        choice = text_choice(output.message.content, finish, stop_reason)
         if req.return_token_ids:
             choice.update(prompt_token_ids=prompt_ids, token_ids=token_ids)
         return {
-            "id": rid,
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": fe.model_name,
+            **response_head(rid, "text_completion", fe.model_name),
             "choices": [choice],
             "usage": usage(prompt_ids, token_ids),
         }
-
-    def _chunk_base(self, rid: str, obj: str) -> dict[str, Any]:
-        """The fields every streamed chunk of one response repeats."""
-        return {"id": rid, "object": obj, "created": int(time.time()), "model": self.frontend.model_name}
 
     async def _chat_chunks(
         self,
@@ -150,7 +136,7 @@ class Generation:
         params: SamplingParams,
         output: OutputStream,
     ) -> AsyncGenerator[dict[str, Any], None]:
-        base = self._chunk_base(rid, "chat.completion.chunk")
+        base = response_head(rid, "chat.completion.chunk", self.frontend.model_name)
         first: dict[str, Any] = {
             **base,
             "choices": [
@@ -192,17 +178,11 @@ class Generation:
         params: SamplingParams,
         output: OutputStream,
     ) -> AsyncGenerator[dict[str, Any], None]:
-        base = self._chunk_base(rid, "text_completion")
+        base = response_head(rid, "text_completion", self.frontend.model_name)
         sent_prompt = False
         async with contextlib.aclosing(self._run(prompt_ids, params, output)) as run:
             async for token_ids, delta, finish, stop_reason in run:
-                choice: dict[str, Any] = {
-                    "index": 0,
-                    "text": delta.get("content", ""),
-                    "logprobs": None,
-                    "finish_reason": finish,
-                    "stop_reason": stop_reason,
-                }
+                choice = text_choice(delta.get("content", ""), finish, stop_reason)
                 if req.return_token_ids:
                     choice["token_ids"] = token_ids
                     if not sent_prompt:

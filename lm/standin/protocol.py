@@ -4,6 +4,7 @@ vLLM's own request checks (context length, `n`, `max_tokens`) with its wording."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,6 +97,16 @@ def sse(obj: Any) -> str:
 
 def stops(stop: str | list[str] | None) -> Sequence[str]:
     return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def response_head(rid: str, obj: str, model: str) -> dict[str, Any]:
+    """The fields a response, and each streamed chunk of one, starts with."""
+    return {"id": rid, "object": obj, "created": int(time.time()), "model": model}
+
+
+def text_choice(text: str, finish: str | None, stop_reason: str | int | None) -> dict[str, Any]:
+    """A `text_completion`'s choice (the only one: `n` is 1)."""
+    return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": stop_reason}
 
 
 def usage(prompt_ids: list[int], token_ids: list[int]) -> dict[str, int]:

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from lm.engine import Autoregressive, Engine
 from lm.model import Target
 from lm.prefix import PrefixCache
-from lm.standin.frontend import Frontend
+from lm.standin.frontend import Frontend, FrontendOptions
 from lm.standin.generation import Generation
 from lm.standin.metrics import ServerMetrics
 from lm.standin.protocol import (
@@ -59,22 +59,15 @@ class TargetServer:
         target: Target,
         *,
         engine: Engine | None = None,
-        max_model_len: int | None = None,
-        served_model_name: str | None = None,
         max_num_seqs: int = 4,
-        max_tokens_cap: int | None = None,
+        **frontend: Unpack[FrontendOptions],
     ) -> None:
         self.target = target
         self.engine = engine or Engine(target)
-        self.frontend = Frontend(
-            target,
-            max_model_len=max_model_len,
-            served_model_name=served_model_name,
-            max_tokens_cap=max_tokens_cap,
-        )
+        self.frontend = Frontend(target, **frontend)
         self.max_model_len = self.frontend.max_model_len
         self.model_name = self.frontend.model_name
-        self.max_tokens_cap = max_tokens_cap
+        self.max_tokens_cap = self.frontend.max_tokens_cap
         self.scheduler = Scheduler(self.engine, max_running=max_num_seqs)
         self.metrics = ServerMetrics(self.model_name, self.scheduler, self.engine.strategy)
         self.scheduler.on_start = self.metrics.queue_time.labels(self.model_name).observe

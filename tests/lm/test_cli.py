@@ -8,27 +8,14 @@ import openai
 import pytest
 
 from lm import Engine, Target
-from tests.support import REPO_ROOT, background, free_port
+from tests.proxy.live import standin_target
+from tests.support import REPO_ROOT
 
 
 @pytest.mark.slow
 def test_serve_target_subprocess(tiny: Target) -> None:
-    port = free_port()
-    args = [
-        "-m",
-        "trainer",
-        "serve-target",
-        "--model",
-        "tiny-qwen3",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "256",
-        "--threads",
-        "1",
-    ]
-    with background(args, f"http://127.0.0.1:{port}/health", timeout=300):
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    with standin_target(256, "--threads", "1", timeout=300) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         assert [(m.id, m.max_model_len) for m in client.models.list().data] == [("tiny-qwen3", 256)]
         messages = [{"role": "user", "content": "hello"}]
         resp = client.chat.completions.create(

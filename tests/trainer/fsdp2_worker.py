@@ -11,28 +11,15 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 from lm.model import Target
-from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
-from trainer.dflash import helpers as H
+from tests.trainer.dflash.tiny import tiny_drafter, tiny_loss, tiny_target
 from trainer.dflash.model import DFlashDraftModel
-from trainer.dflash.objective import dflash_loss
 
 
 def loss_of(model: torch.nn.Module, layer_ids: list[int], target: Target, seed: int) -> torch.Tensor:
     ids = torch.randint(1, 200, (40,), generator=torch.Generator().manual_seed(seed))
     mask = torch.tensor([0] * 15 + [1] * 25)
-    out = dflash_loss(
-        model,
-        taps=target.tap(ids[None], layer_ids),
-        input_ids=ids,
-        loss_mask=mask,
-        anchors=torch.tensor([16, 22, 30]),
-        embed_weight=target.embed_tokens.weight,
-        lm_head_weight=target.lm_head.weight,
-        block_size=4,
-        mask_token_id=MASK,
-        weights=H.loss_weights(4, 2.0),
-    )
-    return out.loss
+    taps = target.tap(ids[None], layer_ids)
+    return tiny_loss(model, target, taps, ids, mask, torch.tensor([16, 22, 30])).loss
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3Config
 
-from trainer.dflash.model import DFlashDecoderLayer, DFlashDraftModel
+from trainer.dflash.model import DFlashDecoderLayer, DFlashDraftModel, Slots
 
 ARCHITECTURE = "DFlash2DraftModel"
 
@@ -151,16 +151,12 @@ class DFlash2DraftModel(DFlashDraftModel):
                 conv.block_size = int(block_size)
 
     def slot_terms(
-        self,
-        hidden: torch.Tensor,
-        prev: torch.Tensor,
-        labels: torch.Tensor,
-        lm_head: torch.Tensor,
-        head_weight: float,
+        self, slots: Slots, lm_head: torch.Tensor, head_weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The backbone's cross-entropy (it must keep the label among the top-k candidates) plus
         ``head_weight`` × the selector's over the vocabulary, with the TRUE token before the slot; the
         drafted token is the best-scored of the top-k, as the walk picks it after a correct prefix."""
+        hidden, prev, labels = slots
         unary = F.linear(hidden.to(lm_head.dtype), lm_head).float()
         scored = unary + self.candidate_selector.bias(self.candidate_selector.query(hidden, prev))
         top = unary.topk(self.candidate_selector.top_k, dim=-1).indices

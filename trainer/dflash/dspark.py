@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Qwen3Config
 
-from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.model import DFlashDraftModel, Slots
 
 ARCHITECTURE = "Qwen3DSparkModel"
 
@@ -86,17 +86,13 @@ class DSparkDraftModel(DFlashDraftModel):
         return base + self.markov_head.bias(e.to(self.markov_head.markov_w2.weight.dtype)).float(), e
 
     def slot_terms(
-        self,
-        hidden: torch.Tensor,
-        prev: torch.Tensor,
-        labels: torch.Tensor,
-        lm_head: torch.Tensor,
-        head_weight: float,
+        self, slots: Slots, lm_head: torch.Tensor, head_weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """DSpark's objective per slot: the cross-entropy of the corrected logits, the Markov bias taken
         from the TRUE token before the slot (teacher forcing; the anchor for slot 0), plus ``head_weight``
         × the binary cross-entropy of the confidence head against whether the slot's drafted token is the
         label (accepted, under greedy verification)."""
+        hidden, prev, labels = slots
         logits, e = self.slot_logits(hidden, prev, lm_head)
         pred = logits.argmax(-1)
         accepted = (pred == labels).float().detach()

@@ -53,21 +53,31 @@ class DFlashSpeculative:
             raise ValueError("block_size must be at least 2")
         self.prefill_chunk = prefill_chunk
         self.spec_stats: SpecDecodeStats | None = SpecDecodeStats()
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What the kind's drafter needs to serve ``self.block_size`` (DFlash: nothing)."""
+
+    def _block_hidden(
+        self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, rows: int
+    ) -> torch.Tensor:
+        """The drafter's hidden states [rows, H] of the block [last, mask x (rows-1)] at position ``start``,
+        attending to ``ctx``, the target's features of the positions before it."""
+        dev = ctx.device
+        block = torch.full((1, rows), self.drafter.mask_token_id, dtype=torch.long, device=dev)
+        block[0, 0] = last
+        positions = torch.arange(start - ctx.shape[1], start + rows, device=dev)[None]
+        dtype = self.drafter.fc.weight.dtype  # the drafter may run in another precision than the target
+        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
+        return self.drafter(noise, ctx.to(dtype), positions, None, cache)[0]
 
     def _draft(
         self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache
     ) -> torch.Tensor:
         """Drafter logits [B-1, V] for the slots after ``last`` (at position ``start``)."""
-        b = self.block_size
-        dev = ctx.device
-        block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=dev)
-        block[0, 0] = last
-        positions = torch.arange(start - ctx.shape[1], start + b, device=dev)[None]
-        dtype = self.drafter.fc.weight.dtype  # the drafter may run in another precision than the target
-        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
-        hidden = self.drafter(noise, ctx.to(dtype), positions, None, cache)
+        hidden = self._block_hidden(target, last, ctx, start, cache, self.block_size)
         head = _weight(target.lm_head)
-        return F.linear(hidden[0, 1:].to(head.dtype), head).float()
+        return F.linear(hidden[1:].to(head.dtype), head).float()
 
     def _propose(
         self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, sampler: Sampler
@@ -137,15 +147,9 @@ class DSparkSpeculative(DFlashSpeculative):
         self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, sampler: Sampler
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         n = self.block_size - 1
-        dev = ctx.device
-        block = torch.full((1, n), self.drafter.mask_token_id, dtype=torch.long, device=dev)
-        block[0, 0] = last
-        positions = torch.arange(start - ctx.shape[1], start + n, device=dev)[None]
-        dtype = self.drafter.fc.weight.dtype
-        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
-        hidden = self.drafter(noise, ctx.to(dtype), positions, None, cache)[0]
+        hidden = self._block_hidden(target, last, ctx, start, cache, n)
         head = _weight(target.lm_head)
-        prev = torch.tensor([last], device=dev)
+        prev = torch.tensor([last], device=ctx.device)
         draft, probs = [], []
         for k in range(n):
             logits, _ = self.drafter.slot_logits(hidden[k : k + 1], prev, head)
@@ -168,27 +172,15 @@ class DFlash2Speculative(DFlashSpeculative):
     name = "dflash2"
     drafter: DFlash2DraftModel
 
-    def __init__(
-        self,
-        drafter: DFlash2DraftModel,
-        block_size: int | None = None,
-        prefill_chunk: int = 512,
-        prefix: PrefixCache | None = None,
-    ) -> None:
-        super().__init__(drafter, block_size, prefill_chunk, prefix)
-        drafter.set_block(self.block_size)  # its convolution restarts every block, as vLLM's does
+    def _prepare(self) -> None:
+        self.drafter.set_block(self.block_size)  # its convolution restarts every block, as vLLM's does
 
     def _propose(
         self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache, sampler: Sampler
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b = self.block_size
         dev = ctx.device
-        block = torch.full((1, b), self.drafter.mask_token_id, dtype=torch.long, device=dev)
-        block[0, 0] = last
-        positions = torch.arange(start - ctx.shape[1], start + b, device=dev)[None]
-        dtype = self.drafter.fc.weight.dtype
-        noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
-        hidden = self.drafter(noise, ctx.to(dtype), positions, None, cache)[0, 1:]
+        hidden = self._block_hidden(target, last, ctx, start, cache, b)[1:]
         head = _weight(target.lm_head)
         ids, unary = self.drafter.candidates(hidden, head)
         prev = torch.tensor([last], device=dev)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +74,14 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, style: str = "
         rot = torch.stack((-x2, x1), dim=-1).flatten(-2)
         return x * c + rot * s
     raise ValueError(f"unknown RoPE style {style!r}; one of {dcfg.ROPE_STYLES}")
+
+
+class Slots(NamedTuple):
+    """N query slots of a block objective, one row each: what a kind's ``slot_terms`` scores."""
+
+    hidden: torch.Tensor  # [N, H]: the drafter's hidden state of the slot
+    prev: torch.Tensor  # [N]: the TRUE token before the slot (teacher forcing)
+    labels: torch.Tensor  # [N]: the token the slot should draft
 
 
 @dataclass
@@ -253,19 +262,13 @@ class DFlashDraftModel(nn.Module):
         return self.norm(x)
 
     def slot_terms(
-        self,
-        hidden: torch.Tensor,
-        prev: torch.Tensor,
-        labels: torch.Tensor,
-        lm_head: torch.Tensor,
-        head_weight: float,
+        self, slots: Slots, lm_head: torch.Tensor, head_weight: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per slot (hidden [N, H], the true token before it [N], its label [N]): (loss [N], drafted token
-        [N]). DFlash: the cross-entropy of the target's LM head over the slot. The head's matmul runs in
-        the head's dtype, as the serving engine runs it (the drafter's output is fp32 under mixed precision),
-        the cross-entropy in fp32."""
-        logits = F.linear(hidden.to(lm_head.dtype), lm_head).float()
-        return F.cross_entropy(logits, labels, reduction="none"), logits.argmax(-1)
+        """Per slot: (loss [N], drafted token [N]). DFlash: the cross-entropy of the target's LM head over
+        the slot. The head's matmul runs in the head's dtype, as the serving engine runs it (the drafter's
+        output is fp32 under mixed precision), the cross-entropy in fp32."""
+        logits = F.linear(slots.hidden.to(lm_head.dtype), lm_head).float()
+        return F.cross_entropy(logits, slots.labels, reduction="none"), logits.argmax(-1)
 
     # -- checkpoint format -------------------------------------------------------------------------
     def save(self, out_dir: str | Path, dtype: torch.dtype | None = None) -> Path:

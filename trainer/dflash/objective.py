@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 from trainer.dflash import compiled
 from trainer.dflash import helpers as H
 from trainer.dflash import layout as L
-from trainer.dflash.model import DFlashDraftModel
+from trainer.dflash.model import DFlashDraftModel, Slots
 
 
 @dataclass
@@ -186,7 +186,7 @@ def dflash_loss(
     w = weights.to(dev)[shift:][None, :].expand(a, s).flatten().index_select(0, rows)
     losses, preds = [], []
     for i in range(0, h.shape[0], chunk):
-        part = (h[i : i + chunk], prev[i : i + chunk], y[i : i + chunk], lm_head_weight, head_weight)
+        part = (Slots(h[i : i + chunk], prev[i : i + chunk], y[i : i + chunk]), lm_head_weight, head_weight)
         if torch.is_grad_enabled() and h.shape[0] > chunk:  # a chunk's [rows, V] logits, recomputed
             lo, pr = checkpoint(core.slot_terms, *part, use_reentrant=False)
         else:

@@ -106,7 +106,8 @@ class BenchSettings(BaseModel):
     )
 
 
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+    """Until the server at ``url`` answers /health; a ReplayError when ``proc`` exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -221,7 +222,7 @@ def served(
                 )
             urls[label] = f"http://127.0.0.1:{port}"
         for (label, url), proc in zip(urls.items(), procs, strict=True):
-            _wait(url, proc, s.startup_timeout, out / f"server-{label}.log")
+            wait_healthy(url, proc, s.startup_timeout, out / f"server-{label}.log")
             by = servers[label].engine or engine  # a kind vLLM CPU cannot serve: our engine's server
             typer.echo(f"{who}: {label} ({by}) serving {target} on {url}", err=True)
         yield urls

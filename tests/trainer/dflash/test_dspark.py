@@ -5,25 +5,16 @@ trained, evaluated and exported by the same commands as DFlash (tiny target, in-
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pytest
 import torch
 from safetensors import safe_open
 
-from lm.engine import Engine
-from tests.trainer.dflash.tiny import MASK, context, tiny_loss, tiny_target, train_kind, write_calls
+from tests.trainer.dflash.tiny import MASK, assert_decodes_losslessly, context, tiny_loss, train_kind
 from trainer.dflash.config import make_draft_config
 from trainer.dflash.dspark import DSparkDraftModel, dspark_config
 from trainer.dflash.engine import DSparkSpeculative, speculative
-from trainer.dflash.helpers import loss_weights
 from trainer.dflash.kinds import drafted_tokens, load_drafter
-from trainer.dflash.objective import dflash_loss, slot_rows
-
-
-@pytest.fixture(scope="module")
-def target():  # type: ignore[no-untyped-def]
-    return tiny_target(layers=4)
+from trainer.dflash.objective import slot_rows
 
 
 def drafter_for(target, block: int = 4, rank: int = 8) -> DSparkDraftModel:  # type: ignore[no-untyped-def]
@@ -59,20 +50,9 @@ def test_host_rows_and_device_rows_give_the_same_dspark_loss(target) -> None:  #
     d = drafter_for(target)
     ids, mask, taps = context(target, d.target_layer_ids)
     anchors = torch.tensor([5, 9, 27])  # the last block runs off the end: some slots have no label
-    kw = dict(
-        taps=taps,
-        input_ids=ids,
-        loss_mask=mask,
-        anchors=anchors,
-        embed_weight=target.embed_tokens.weight,
-        lm_head_weight=target.lm_head.weight,
-        block_size=4,
-        mask_token_id=MASK,
-        weights=loss_weights(4, 4.0),
-    )
-    found = dflash_loss(d, **kw)  # type: ignore[arg-type]
+    found = tiny_loss(d, target, taps, ids, mask, anchors, gamma=4.0)
     valid = [a * 4 + k for a, start in enumerate(anchors.tolist()) for k in range(1, 4) if start + k < 30]
-    given = dflash_loss(d, rows=torch.tensor(valid), **kw)  # type: ignore[arg-type]
+    given = tiny_loss(d, target, taps, ids, mask, anchors, gamma=4.0, rows=torch.tensor(valid))
     assert found.total.tolist() == given.total.tolist() == [3, 3, 2]
     assert torch.allclose(found.loss, given.loss)
 
@@ -84,21 +64,8 @@ def test_a_fresh_dspark_drafts_what_its_backbone_drafts_and_decodes_losslessly(t
     logits, _ = d.slot_logits(hidden, torch.tensor([1, 2, 3]), target.lm_head.weight)
     assert torch.allclose(logits, hidden @ target.lm_head.weight.T)  # the Markov bias starts at zero
     torch.nn.init.normal_(d.markov_head.markov_w2.weight, std=0.5)  # now it corrects every slot
-    prompt = list(range(20, 50))
-    plain = list(Engine(target).generate(prompt, 24, temperature=0))
-    strategy = DSparkSpeculative(d)
-    assert list(Engine(target, strategy).generate(prompt, 24, temperature=0)) == plain
-    assert strategy.spec_stats is not None
-    assert strategy.spec_stats.num_draft_tokens >= 3  # it drafted, three tokens a block
-    sampled = list(Engine(target, DSparkSpeculative(d)).generate(prompt, 24, temperature=1.0, seed=3))
-    assert len(sampled) >= 1  # rejection sampling against the Markov-corrected probabilities runs
-
-
-@pytest.fixture(scope="module")
-def calls(tmp_path_factory, target) -> Path:  # type: ignore[no-untyped-def]
-    return write_calls(
-        target, tmp_path_factory.mktemp("calls") / "calls.parquet", sessions=5, calls=2, new_tokens=20
-    )
+    # sampling: the rejection runs against the Markov-corrected probabilities
+    assert_decodes_losslessly(target, lambda: DSparkSpeculative(d))
 
 
 def test_dspark_trains_evaluates_losslessly_and_exports_in_vllms_layout(tmp_path, calls, target) -> None:  # type: ignore[no-untyped-def]

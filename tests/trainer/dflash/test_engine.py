@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from lm.engine import Engine, SamplingParams
-from tests.trainer.dflash.tiny import MASK, greedy, tiny_drafter, tiny_target
+from tests.trainer.dflash.tiny import MASK, greedy, tiny_drafter, tiny_loss, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash.engine import DFlashSpeculative, _rejection
-from trainer.dflash.objective import dflash_loss
 
 
 def _spec(target, drafter, prompt, n):  # type: ignore[no-untyped-def]
@@ -97,21 +96,10 @@ def test_overfitting_one_sequence_drives_tau_to_the_block_size() -> None:
     ids = torch.tensor(prompt + cont)
     mask = torch.tensor([0] * len(prompt) + [1] * len(cont))
     taps = target.tap(ids[None], drafter.target_layer_ids)
-    w = H.loss_weights(b, H.default_gamma(b))
     opt = torch.optim.AdamW(drafter.parameters(), lr=1e-2)
     for _ in range(100):
-        out = dflash_loss(
-            drafter,
-            taps=taps,
-            input_ids=ids,
-            loss_mask=mask,
-            anchors=H.sample_anchors(mask, 512),
-            embed_weight=target.embed_tokens.weight,
-            lm_head_weight=target.lm_head.weight,
-            block_size=b,
-            mask_token_id=MASK,
-            weights=w,
-        )
+        anchors = H.sample_anchors(mask, 512)
+        out = tiny_loss(drafter, target, taps, ids, mask, anchors, block=b, gamma=H.default_gamma(b))
         opt.zero_grad()
         out.loss.backward()
         opt.step()
@@ -135,19 +123,7 @@ def test_the_objective_is_the_weighted_mean_cross_entropy_of_valid_slots() -> No
     anchors = H.sample_anchors(mask, 512)
     taps = target.tap(ids[None], drafter.target_layer_ids)
     w = H.loss_weights(b, 2.0)
-    kw = dict(embed_weight=target.embed_tokens.weight, lm_head_weight=target.lm_head.weight)
-    out = dflash_loss(
-        drafter,
-        taps=taps,
-        input_ids=ids,
-        loss_mask=mask,
-        anchors=anchors,
-        block_size=b,
-        mask_token_id=MASK,
-        weights=w,
-        chunk=7,
-        **kw,
-    )
+    out = tiny_loss(drafter, target, taps, ids, mask, anchors, block=b, gamma=2.0, chunk=7)
     blk = F.embedding(H.block_input_ids(ids, anchors, b, MASK), target.embed_tokens.weight).reshape(1, -1, 64)
     pos = torch.cat([torch.arange(30), H.block_positions(anchors, b).flatten()])[None]
     hidden = drafter(blk, taps, pos, H.block_attention_mask(anchors, 30, b)).reshape(anchors.numel(), b, -1)

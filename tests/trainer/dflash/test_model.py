@@ -10,11 +10,10 @@ import torch
 import torch.nn.functional as F
 from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
 
-from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_loss, tiny_target
 from trainer.dflash import helpers as H
 from trainer.dflash.config import REQUIRED_KEYS, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel, DraftCache, rotate
-from trainer.dflash.objective import dflash_loss
 
 # The tensors of a released DFlashDraftModel checkpoint, per drafter layer and at the top.
 LAYER_TENSORS = {
@@ -259,18 +258,7 @@ def test_checkpointed_layers_give_the_same_gradients() -> None:
         gen = torch.Generator().manual_seed(0)
         ids = torch.randint(1, 200, (120,), generator=gen)
         taps = torch.randn(1, 120, 2 * 64, generator=gen)
-        out = dflash_loss(
-            drafter,
-            taps=taps,
-            input_ids=ids,
-            loss_mask=torch.ones_like(ids),
-            anchors=torch.tensor([10, 50, 90]),
-            embed_weight=target.embed_tokens.weight,
-            lm_head_weight=target.lm_head.weight,
-            block_size=4,
-            mask_token_id=MASK,
-            weights=H.loss_weights(4, 2.0),
-        )
+        out = tiny_loss(drafter, target, taps, ids, torch.ones_like(ids), torch.tensor([10, 50, 90]))
         out.loss.backward()
         grads.append({n: p.grad for n, p in drafter.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys()

