@@ -24,7 +24,7 @@ def completion_ids(turn: Turn) -> list[int]:
     return encode(turn.text) + _tool_ids(turn)
 
 
-def _usage(prompt: int, completion: int) -> dict[str, int]:
+def usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -33,29 +33,38 @@ def _tool_calls(turn: Turn, call_id: str) -> list[dict[str, Any]]:
     return [{"id": call_id, "type": "function", "function": fn}]
 
 
-def whole(turn: Turn, body: dict[str, Any], model: str, prompt: list[int]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": turn.text}
-    if turn.tool:
-        message["tool_calls"] = _tool_calls(turn, f"call_{uuid.uuid4().hex[:24]}")
-    ids = completion_ids(turn)
-    choice: dict[str, Any] = {
-        "index": 0,
-        "message": message,
-        "logprobs": None,
-        "finish_reason": "tool_calls" if turn.tool else "stop",
-    }
-    out: dict[str, Any] = {
-        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-        "object": "chat.completion",
+def envelope(
+    kind: str, id_prefix: str, model: str, choice: dict[str, Any], prompt: list[int], completion: list[int]
+) -> dict[str, Any]:
+    """A whole (unstreamed) OpenAI answer around its one choice: `kind` is its `object`."""
+    return {
+        "id": f"{id_prefix}{uuid.uuid4().hex[:24]}",
+        "object": kind,
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": _usage(len(prompt), len(ids)),
+        "usage": usage(len(prompt), len(completion)),
     }
+
+
+def whole_message(
+    message: dict[str, Any], finish: str, body: dict[str, Any], model: str, prompt: list[int], ids: list[int]
+) -> dict[str, Any]:
+    """A whole chat completion of `message`, with vLLM's token ids when the request asks for them."""
+    choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    out = envelope("chat.completion", "chatcmpl-", model, choice, prompt, ids)
     if body.get("return_token_ids"):
         out["prompt_token_ids"] = prompt
         choice["token_ids"] = ids
     return out
+
+
+def whole(turn: Turn, body: dict[str, Any], model: str, prompt: list[int]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+    if turn.tool:
+        message["tool_calls"] = _tool_calls(turn, f"call_{uuid.uuid4().hex[:24]}")
+    finish = "tool_calls" if turn.tool else "stop"
+    return whole_message(message, finish, body, model, prompt, completion_ids(turn))
 
 
 class _Lines:
@@ -121,5 +130,5 @@ def stream(turn: Turn, body: dict[str, Any], model: str, prompt: list[int]) -> I
     yield lines.line({}, [], "tool_calls" if turn.tool else "stop"), 0
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
-        yield lines.line(None, [], usage=_usage(len(prompt), n)), 0
+        yield lines.line(None, [], usage=usage(len(prompt), n)), 0
     yield DONE, 0

@@ -6,7 +6,7 @@ tests: translating a request to Chat and back keeps every message, tool call and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from wire.common import JSON, parse_arguments, reasoning_of
@@ -41,6 +41,13 @@ def _image_url(part: Mapping[str, Any]) -> str:
 
 
 # --- Anthropic ---------------------------------------------------------------------------------------
+
+
+def _tool_calls(message: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """(id, name, arguments) of each tool call of a Chat assistant message; a missing id or name is ""."""
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        yield call.get("id") or "", function.get("name") or "", function.get("arguments")
 
 
 def chat_to_anthropic_request(chat: Mapping[str, Any]) -> JSON:
@@ -131,16 +138,10 @@ def _anthropic_assistant_blocks(message: Mapping[str, Any]) -> list[JSON]:
     for part in _parts(message.get("content")):
         if part.get("type") == "text" and part.get("text"):
             blocks.append({"type": "text", "text": part["text"]})
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id") or "",
-                "name": function.get("name") or "",
-                "input": parse_arguments(function.get("arguments")),
-            }
-        )
+    blocks += [
+        {"type": "tool_use", "id": call_id, "name": name, "input": parse_arguments(arguments)}
+        for call_id, name, arguments in _tool_calls(message)
+    ]
     return blocks
 
 
@@ -176,16 +177,10 @@ def _responses_items(message: Mapping[str, Any]) -> list[JSON]:
         ]
         if parts:
             items.append({"type": "message", "role": "assistant", "content": parts})
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            items.append(
-                {
-                    "type": "function_call",
-                    "call_id": call.get("id") or "",
-                    "name": function.get("name") or "",
-                    "arguments": function.get("arguments") or "",
-                }
-            )
+        items += [
+            {"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments or ""}
+            for call_id, name, arguments in _tool_calls(message)
+        ]
         return items
     parts = []
     for part in _parts(message.get("content")):

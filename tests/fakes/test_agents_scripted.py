@@ -18,7 +18,7 @@ from sandboxes.agents.npm_install import ensure_installed
 from tests.fakes.agent_runs import AgentRun, run_agent
 from tests.fakes.capture_agents import classify
 from tests.fakes.scripted_policy import FINAL_TEXT, PROOF_TEXT
-from tests.fakes.test_scripted_server import upstream
+from tests.proxy.live import scripted_upstream
 from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.cli
@@ -31,13 +31,13 @@ def binaries() -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def all_apis() -> Iterator[str]:
-    with upstream("all") as url:
+    with scripted_upstream("all") as url:
         yield url
 
 
 @pytest.fixture(scope="module")
 def chat_only() -> Iterator[str]:
-    with upstream("chat") as url:
+    with scripted_upstream("chat") as url:
         yield url
 
 

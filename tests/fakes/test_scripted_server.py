@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 
@@ -10,22 +9,14 @@ import httpx
 import pytest
 
 from tests.fakes.sse import parse_sse
-from tests.support import background, free_port
+from tests.proxy.live import scripted_upstream
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "stream": True}
 
 
-@contextlib.contextmanager
-def upstream(apis: str = "all") -> Iterator[str]:
-    port = free_port()
-    args = ["-m", "tests.fakes.scripted_upstream", "--port", str(port), "--apis", apis]
-    with background(args, f"http://127.0.0.1:{port}/health"):
-        yield f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with upstream() as u:
+    with scripted_upstream() as u:
         yield u
 
 
@@ -87,7 +78,7 @@ def test_bench_stream_is_n_copies_of_one_pre_encoded_line(url):
 
 
 def test_chat_only_process_serves_chat_and_refuses_the_rest():
-    with upstream("chat") as u:
+    with scripted_upstream("chat") as u:
         assert httpx.post(u + "/v1/chat/completions", json={**CHAT, "model": "m"}).status_code == 200
         for path in ("/v1/messages", "/v1/responses", "/v1/completions"):
             assert httpx.post(u + path, json={"model": "m"}).status_code == 404

@@ -11,18 +11,10 @@ import pytest
 
 from tests.fakes.scripted_policy import FINAL_TEXT, PROOF_COMMAND, SIDE_TEXT, encode
 from tests.fakes.scripted_upstream import create_app
+from tests.fakes.shell_tools import BASH_ANTHROPIC, BASH_CHAT
 from tests.fakes.sse import parse_sse
 
 USER = [{"role": "user", "content": "make the file"}]
-BASH_ANTHROPIC = {
-    "name": "Bash",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
-BASH_CHAT = {"type": "function", "function": {"name": "bash", "parameters": BASH_ANTHROPIC["input_schema"]}}
 EXEC_RESPONSES = {
     "type": "function",
     "name": "exec_command",

@@ -3,7 +3,8 @@
 With ``return_token_ids: true`` vLLM's chat adds top-level ``prompt_token_ids`` (first chunk when streaming)
 and a per-choice ``token_ids`` list (the new ids of that chunk when streaming); its legacy completions put
 both lists on the choice (``prompt_token_ids`` on the first chunk only). The byte tokenizer of
-``scripted_policy`` produces the ids, so ``/tokenize`` on the same messages gives the same prompt ids.
+``scripted_policy`` produces the ids, so ``/tokenize`` on the same messages gives the same prompt ids. A whole
+answer is wrapped the way the scripted brain wraps its own (``rehearsal.chat``): one envelope for both fakes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from rehearsal.chat import envelope, usage, whole_message
 from tests.fakes.scripted_policy import Reply, encode, new_id, render_chat
 
 DONE = b"data: [DONE]\n\n"
@@ -43,14 +45,6 @@ def _completion_ids(reply: Reply) -> list[int]:
     return encode(reply.text)
 
 
-def _usage(n_prompt: int, n_completion: int) -> dict[str, int]:
-    return {
-        "prompt_tokens": n_prompt,
-        "completion_tokens": n_completion,
-        "total_tokens": n_prompt + n_completion,
-    }
-
-
 def full_response(reply: Reply, body: dict[str, Any], model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": None if reply.tool_call else reply.text}
     if reply.tool_call:
@@ -62,26 +56,7 @@ def full_response(reply: Reply, body: dict[str, Any], model: str) -> dict[str, A
                 "function": {"name": call.name, "arguments": call.arguments_json},
             }
         ]
-    ids = prompt_ids(body)
-    completion = _completion_ids(reply)
-    choice: dict[str, Any] = {
-        "index": 0,
-        "message": message,
-        "logprobs": None,
-        "finish_reason": _finish(reply),
-    }
-    result: dict[str, Any] = {
-        "id": new_id("chatcmpl-"),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": _usage(len(ids), len(completion)),
-    }
-    if body.get("return_token_ids"):
-        result["prompt_token_ids"] = ids
-        choice["token_ids"] = completion
-    return result
+    return whole_message(message, _finish(reply), body, model, prompt_ids(body), _completion_ids(reply))
 
 
 class _Chunker:
@@ -118,7 +93,7 @@ def stream_events(reply: Reply, body: dict[str, Any], model: str) -> Iterator[by
     yield chunker.line([last])
     options = body.get("stream_options") or {}
     if isinstance(options, dict) and options.get("include_usage"):
-        yield chunker.line([], usage=_usage(len(ids), n_completion))
+        yield chunker.line([], usage=usage(len(ids), n_completion))
     yield DONE
 
 
@@ -150,7 +125,7 @@ def bench_stream(chunks: int, body: dict[str, Any], model: str) -> Iterator[byte
     yield chunker.line([{"index": 0, "delta": {}, "finish_reason": "stop"}])
     options = body.get("stream_options") or {}
     if isinstance(options, dict) and options.get("include_usage"):
-        yield chunker.line([], usage=_usage(len(prompt_ids(body)), chunks))
+        yield chunker.line([], usage=usage(len(prompt_ids(body)), chunks))
     yield DONE
 
 
@@ -167,14 +142,7 @@ def completion_prompt_ids(body: dict[str, Any]) -> list[int]:
 def completion_full(reply: Reply, body: dict[str, Any], model: str) -> dict[str, Any]:
     ids = completion_prompt_ids(body)
     choice: dict[str, Any] = {"index": 0, "text": reply.text, "logprobs": None, "finish_reason": "stop"}
-    result: dict[str, Any] = {
-        "id": new_id("cmpl-"),
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-        "usage": _usage(len(ids), len(encode(reply.text))),
-    }
+    result = envelope("text_completion", "cmpl-", model, choice, ids, encode(reply.text))
     if body.get("return_token_ids"):  # vLLM's completions put both lists on the choice
         choice["prompt_token_ids"] = ids
         choice["token_ids"] = encode(reply.text)
@@ -193,5 +161,5 @@ def completion_stream(reply: Reply, body: dict[str, Any], model: str) -> Iterato
     yield chunker.line([{"index": 0, "text": "", "logprobs": None, "finish_reason": "stop"}])
     options = body.get("stream_options") or {}
     if isinstance(options, dict) and options.get("include_usage"):
-        yield chunker.line([], usage=_usage(len(ids), len(encode(reply.text))))
+        yield chunker.line([], usage=usage(len(ids), len(encode(reply.text))))
     yield DONE

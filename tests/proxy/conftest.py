@@ -50,6 +50,18 @@ def seen() -> list[httpx.Request]:
     return []
 
 
+def anthropic_message(text: str, input_tokens: int) -> dict[str, Any]:
+    """A whole Anthropic Messages reply of `text` (one output token), as an upstream sends it."""
+    return {
+        "id": "m",
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }
+
+
 def sse(*events: tuple[str | None, str]) -> bytes:
     out = b""
     for name, data in events:

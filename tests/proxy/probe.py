@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from tests.proxy.conftest import fill
-from tests.proxy.live import LiveProxy, proxy_server, scripted_upstream
+from tests.proxy.live import LiveProxy, kill_9_under_load, proxy_server, scripted_upstream
 from tests.support import free_port
 
 MSG = {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "go"}]}
@@ -226,36 +224,10 @@ def probe_faults(upstream: str, data: Path, n: int) -> str:
 
 
 def probe_kill9(upstream: str, data: Path, streams: int, until: int) -> str:
-    completed: list[str] = []
-    stop = threading.Event()
-
-    def client(w: int) -> None:
-        with httpx.Client(timeout=30) as c:
-            for i in range(100_000):
-                if stop.is_set():
-                    return
-                sid = f"k-{w}-{i}"
-                try:
-                    r = c.post(
-                        f"{proxy.url}/s/{sid}/v1/chat/completions",
-                        json={**MSG, "model": "bench-40", "stream": i % 2 == 0},
-                    )
-                except httpx.HTTPError:
-                    return
-                if r.status_code == 200 and (i % 2 or b"[DONE]" in r.content):
-                    completed.append(sid)
-
-    with proxy_server(upstream, data / "kill") as proxy:
-        threads = [threading.Thread(target=client, args=(w,)) for w in range(streams)]
-        for t in threads:
-            t.start()
-        while len(completed) < until:
-            time.sleep(0.05)
-        os.kill(proxy.proc.pid, signal.SIGKILL)
-        stop.set()
-        for t in threads:
-            t.join()
-    ids = [r["session_id"] for r in proxy.rows()]
+    request = ("/v1/chat/completions", MSG)
+    completed, ids = kill_9_under_load(
+        upstream, data / "kill", request, streams, until, timeout_s=30, stream_end=b"[DONE]"
+    )
     lost = set(completed) - set(ids)
     dup = sum(n - 1 for n in Counter(ids).values() if n > 1)
     return f"kill -9 under {streams} streams: {len(completed)} completed, {len(completed) - len(lost)} recorded, {len(lost)} lost, {dup} duplicated"

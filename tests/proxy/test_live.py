@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
 import time
 
 import httpx
@@ -14,18 +11,11 @@ import zstandard
 
 from proxy.parquet import to_row
 from proxy.record import Call
-from tests.proxy.live import LiveProxy, proxy_server, scripted_upstream
+from tests.fakes.shell_tools import BASH_ANTHROPIC, BASH_CHAT, COMMAND_SCHEMA
+from tests.proxy.conftest import anthropic_message
+from tests.proxy.live import LiveProxy, kill_9_under_load, proxy_server, scripted_upstream
 
-BASH = {
-    "name": "Bash",
-    "description": "run",
-    "input_schema": {
-        "type": "object",
-        "properties": {"command": {"type": "string"}},
-        "required": ["command"],
-    },
-}
-FN = {"type": "function", "function": {"name": "bash", "parameters": BASH["input_schema"]}}
+BASH = {**BASH_ANTHROPIC, "description": "run"}
 REQUESTS = {
     "anthropic_messages": (
         "/v1/messages?beta=true",
@@ -36,12 +26,12 @@ REQUESTS = {
         {
             "model": "m",
             "input": "go",
-            "tools": [{"type": "function", "name": "shell", "parameters": BASH["input_schema"]}],
+            "tools": [{"type": "function", "name": "shell", "parameters": COMMAND_SCHEMA}],
         },
     ),
     "openai_chat": (
         "/v1/chat/completions",
-        {"model": "m", "tools": [FN], "messages": [{"role": "user", "content": "go"}]},
+        {"model": "m", "tools": [BASH_CHAT], "messages": [{"role": "user", "content": "go"}]},
     ),
 }
 
@@ -163,38 +153,8 @@ def test_malformed_battery_leaves_the_proxy_serving(proxy: LiveProxy):
 
 
 def test_kill_9_under_load_loses_no_completed_call(upstream, tmp_path):
-    path, body = REQUESTS["openai_chat"]
-    completed: list[str] = []
-    stop = threading.Event()
-
-    def client(worker: int) -> None:
-        with httpx.Client(timeout=10) as c:
-            for i in range(10_000):
-                if stop.is_set():
-                    return
-                sid = f"load-{worker}-{i}"
-                try:
-                    r = c.post(
-                        f"{proxy.url}/s/{sid}{path}", json={**body, "model": "bench-40", "stream": i % 2 == 0}
-                    )
-                    r.read()
-                except httpx.HTTPError:
-                    return
-                if r.status_code == 200:
-                    completed.append(sid)
-
-    with proxy_server(upstream, tmp_path / "data") as proxy:
-        threads = [threading.Thread(target=client, args=(w,)) for w in range(8)]
-        for t in threads:
-            t.start()
-        while len(completed) < 150:
-            time.sleep(0.05)
-        os.kill(proxy.proc.pid, signal.SIGKILL)
-        stop.set()
-        for t in threads:
-            t.join()
-    recorded = {r["session_id"] for r in proxy.rows()}
-    missing = set(completed) - recorded
+    completed, ids = kill_9_under_load(upstream, tmp_path / "data", REQUESTS["openai_chat"], 8, until=150)
+    missing = set(completed) - set(ids)
     assert len(completed) >= 150, f"{len(missing)} completed calls missing"
     assert not missing, f"{len(missing)} completed calls missing"
 
@@ -217,14 +177,7 @@ def test_tokenize_native_keeps_filled_ids_only_when_they_match_the_reported_coun
 
 def test_tokenize_native_ids_are_kept_when_they_match():
     """The roll keeps /tokenize ids whose count is the prompt count the upstream reported."""
-    reply = {
-        "id": "m",
-        "type": "message",
-        "role": "assistant",
-        "content": [{"type": "text", "text": "ok"}],
-        "stop_reason": "end_turn",
-        "usage": {"input_tokens": 3, "output_tokens": 1},
-    }
+    reply = anthropic_message("ok", input_tokens=3)
     call = Call(
         "POST",
         "/v1/messages",

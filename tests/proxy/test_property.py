@@ -18,7 +18,7 @@ from proxy.parquet import to_row
 from proxy.record import OUTCOMES
 from proxy.routes import ROUTES
 from tests.proxy.asgi_client import asgi_request
-from tests.proxy.conftest import proxied_app, reply, sse
+from tests.proxy.conftest import anthropic_message, proxied_app, reply, sse
 
 ROUTE_LIST = sorted((r.method, r.path) for r in ROUTES.values())
 CHAT_OK = {
@@ -53,14 +53,7 @@ CHAT_STREAM = sse(
     ),
     (None, "[DONE]"),
 )
-MESSAGE = {
-    "id": "m",
-    "type": "message",
-    "role": "assistant",
-    "content": [{"type": "text", "text": "a"}],
-    "stop_reason": "end_turn",
-    "usage": {"input_tokens": 1, "output_tokens": 1},
-}
+MESSAGE = anthropic_message("a", input_tokens=1)
 MESSAGE_STREAM = sse(
     ("message_start", json.dumps({"type": "message_start", "message": {**MESSAGE, "content": []}})),
     (

@@ -12,8 +12,8 @@ import json
 import httpx
 import pytest
 
-from tests.proxy.live import proxy_server
-from tests.support import REPO_ROOT, background, free_port
+from tests.proxy.live import proxy_server, standin_target
+from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "agents" / "claude-code" / "first_request.json"
@@ -24,21 +24,9 @@ def test_translated_claude_code_request_ids_equal_the_targets_rendering(tmp_path
 
     capture = json.loads(FIXTURE.read_text())
     body = {**capture["body"], "model": "tiny-qwen3", "max_tokens": 4, "stream": True}
-    port = free_port()
-    serve = [
-        "-m",
-        "trainer",
-        "serve-target",
-        "--model",
-        "tiny-qwen3",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "40000",
-    ]
     with (
-        background(serve, f"http://127.0.0.1:{port}/health", timeout=180),
-        proxy_server(f"http://127.0.0.1:{port}", tmp_path / "data", "--upstream-api", "chat") as proxy,
+        standin_target(40000, timeout=180) as target_url,
+        proxy_server(target_url, tmp_path / "data", "--upstream-api", "chat") as proxy,
     ):
         headers = {
             k: v

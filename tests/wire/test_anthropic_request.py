@@ -9,6 +9,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from pydantic import TypeAdapter
 
+from tests.wire.vllm import tool_call
 from wire import anthropic_to_chat_request
 
 
@@ -19,6 +20,11 @@ def base(**fields: Any) -> dict[str, Any]:
         "messages": [{"role": "user", "content": "hi"}],
         **fields,
     }
+
+
+def assistant_turn(*blocks: dict[str, Any], user: str = "x") -> dict[str, Any]:
+    """A request ending in the assistant's content `blocks`, after the user's text."""
+    return base(messages=[{"role": "user", "content": user}, {"role": "assistant", "content": list(blocks)}])
 
 
 def notes(translated: Any) -> dict[str, tuple[str, str, int]]:
@@ -174,62 +180,34 @@ def test_documents() -> None:
 
 
 def test_assistant_tool_use_becomes_tool_calls() -> None:
-    body = base(
-        messages=[
-            {"role": "user", "content": "list files"},
-            {
-                "role": "assistant",
-                "content": [
-                    {"type": "text", "text": "Listing."},
-                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls -la"}},
-                    {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"path": "ü.txt"}},
-                ],
-            },
-        ]
+    body = assistant_turn(
+        {"type": "text", "text": "Listing."},
+        {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls -la"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "Read", "input": {"path": "ü.txt"}},
+        user="list files",
     )
     assistant = messages(body)[1]
     assert assistant == {
         "role": "assistant",
         "content": "Listing.",
         "tool_calls": [
-            {
-                "id": "toolu_1",
-                "type": "function",
-                "function": {"name": "Bash", "arguments": '{"command": "ls -la"}'},
-            },
-            {
-                "id": "toolu_2",
-                "type": "function",
-                "function": {"name": "Read", "arguments": '{"path": "ü.txt"}'},
-            },
+            tool_call("toolu_1", "Bash", '{"command": "ls -la"}'),
+            tool_call("toolu_2", "Read", '{"path": "ü.txt"}'),
         ],
     }
 
 
 def test_assistant_only_tool_use_has_null_content() -> None:
-    body = base(
-        messages=[
-            {"role": "user", "content": "x"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
-        ]
-    )
+    body = assistant_turn({"type": "tool_use", "id": "t", "name": "f", "input": {}})
     assert messages(body)[1]["content"] is None
 
 
 def test_thinking_blocks_become_reasoning_and_signature_is_dropped() -> None:
-    body = base(
-        messages=[
-            {"role": "user", "content": "x"},
-            {
-                "role": "assistant",
-                "content": [
-                    {"type": "thinking", "thinking": "step 1. ", "signature": "sig"},
-                    {"type": "redacted_thinking", "data": "opaque"},
-                    {"type": "thinking", "thinking": "step 2.", "signature": "sig"},
-                    {"type": "text", "text": "answer"},
-                ],
-            },
-        ]
+    body = assistant_turn(
+        {"type": "thinking", "thinking": "step 1. ", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "thinking", "thinking": "step 2.", "signature": "sig"},
+        {"type": "text", "text": "answer"},
     )
     t = anthropic_to_chat_request(body)
     assistant = t.request["messages"][1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.wire.vllm import chat_response
+from tests.wire.vllm import chat_response, tool_call
 from wire import chat_to_anthropic_message
 
 
@@ -46,16 +46,8 @@ def test_tool_calls_become_tool_use_blocks() -> None:
     message = {
         "content": None,
         "tool_calls": [
-            {
-                "id": "chatcmpl-tool-a",
-                "type": "function",
-                "function": {"name": "Bash", "arguments": '{"command": "ls"}'},
-            },
-            {
-                "id": "chatcmpl-tool-b",
-                "type": "function",
-                "function": {"name": "Read", "arguments": "not json"},
-            },
+            tool_call("chatcmpl-tool-a", "Bash", '{"command": "ls"}'),
+            tool_call("chatcmpl-tool-b", "Read", "not json"),
         ],
     }
     msg = chat_to_anthropic_message(chat_response(message, "tool_calls"))
@@ -82,9 +74,7 @@ def test_tool_calls_become_tool_use_blocks() -> None:
 def test_stop_reasons(finish: str, vllm_stop: object, tool: bool, expected: tuple[str, str | None]) -> None:
     message: dict[str, object] = {"content": "x"}
     if tool:
-        message["tool_calls"] = [
-            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-        ]
+        message["tool_calls"] = [tool_call("c", "f", "{}")]
     msg = chat_to_anthropic_message(chat_response(message, finish, choice={"stop_reason": vllm_stop}))
     assert (msg["stop_reason"], msg["stop_sequence"]) == expected
 

@@ -8,6 +8,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from pydantic import TypeAdapter
 
+from tests.wire.vllm import tool_call
 from wire import responses_to_chat_request
 from wire.responses_request import CUSTOM_TOOL_PARAMETERS, flat_tool_name
 
@@ -127,13 +128,7 @@ def test_function_call_round_as_codex_sends_it() -> None:
         {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_1",
-                    "type": "function",
-                    "function": {"name": "exec_command", "arguments": '{"cmd":"touch a"}'},
-                }
-            ],
+            "tool_calls": [tool_call("call_1", "exec_command", '{"cmd":"touch a"}')],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "Process exited with code 0"},
     ]
@@ -174,10 +169,7 @@ def test_reasoning_text_and_function_calls_make_one_assistant_message() -> None:
             "content": "Running.",
             "reasoning": "full thought",
             "reasoning_content": "full thought",
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
-                {"id": "c2", "type": "function", "function": {"name": "b", "arguments": "{}"}},
-            ],
+            "tool_calls": [tool_call("c1", "a", "{}"), tool_call("c2", "b", "{}")],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "A"},
         {"role": "tool", "tool_call_id": "c2", "content": "B"},

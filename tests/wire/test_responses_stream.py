@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.wire.vllm import CREATED, PROMPT_IDS, Stream, chat_response, parse_sse, run
+from tests.wire.vllm import CREATED, PROMPT_IDS, Stream, chat_response, parse_sse, run, tool_call
 from wire import ResponsesStreamTranslator, chat_to_responses_response
 
 EVENT = TypeAdapter(ResponseStreamEvent)
@@ -69,10 +69,18 @@ def check_sequence(events: list[tuple[str, dict[str, Any]]]) -> None:
     Response.model_validate(final)
 
 
-def test_text_only() -> None:
-    tr = ResponsesStreamTranslator(REQUEST)
-    events = events_of(run(tr, Stream().role().text("Hel", "lo").finish("stop").usage()))
+def translated(
+    stream: Stream, request: dict[str, Any] = REQUEST
+) -> tuple[ResponsesStreamTranslator, list[tuple[str, dict[str, Any]]]]:
+    """The translator after the whole stream, and its events: each one an SDK event, all in sequence."""
+    tr = ResponsesStreamTranslator(request)
+    events = events_of(run(tr, stream))
     check_sequence(events)
+    return tr, events
+
+
+def test_text_only() -> None:
+    tr, events = translated(Stream().role().text("Hel", "lo").finish("stop").usage())
     assert [n for n, _ in events] == [
         "response.created",
         "response.in_progress",
@@ -128,9 +136,7 @@ def test_text_only() -> None:
 
 
 def test_reasoning_item() -> None:
-    tr = ResponsesStreamTranslator(REQUEST)
-    events = events_of(run(tr, Stream().role().reasoning("think ", "hard").text("ok").finish("stop").usage()))
-    check_sequence(events)
+    _, events = translated(Stream().role().reasoning("think ", "hard").text("ok").finish("stop").usage())
     names = [n for n, _ in events]
     assert names[2:9] == [
         "response.output_item.added",
@@ -159,9 +165,7 @@ def test_two_parallel_function_calls_with_argument_fragments() -> None:
         .finish("tool_calls")
         .usage()
     )
-    tr = ResponsesStreamTranslator(REQUEST)
-    events = events_of(run(tr, s))
-    check_sequence(events)
+    tr, events = translated(s)
     added = [ev["item"] for n, ev in events if n == "response.output_item.added"]
     assert added == [
         {
@@ -217,9 +221,7 @@ def test_namespace_and_custom_tool_calls_map_back() -> None:
         .finish("tool_calls")
         .usage()
     )
-    tr = ResponsesStreamTranslator(request)
-    events = events_of(run(tr, s))
-    check_sequence(events)
+    _, events = translated(s, request)
     final = events[-1][1]["response"]["output"]
     assert final[0] == {
         "id": "fc_9f1c2e_0",
@@ -248,9 +250,7 @@ def test_namespace_and_custom_tool_calls_map_back() -> None:
 
 
 def test_length_makes_an_incomplete_response() -> None:
-    tr = ResponsesStreamTranslator(REQUEST)
-    events = events_of(run(tr, Stream().role().text("cut").finish("length").usage()))
-    check_sequence(events)
+    _, events = translated(Stream().role().text("cut").finish("length").usage())
     name, ev = events[-1]
     assert name == "response.incomplete"
     assert ev["response"]["status"] == "incomplete"
@@ -385,13 +385,9 @@ def test_stream_and_non_stream_agree(text: list[str], calls: list[dict[str, int]
         raw = json.dumps(args)
         size = max(1, len(raw) // split)
         s.tool(i, f"call_{i}", "exec_command", *[raw[j : j + size] for j in range(0, len(raw), size)])
-        tool_calls.append(
-            {"id": f"call_{i}", "type": "function", "function": {"name": "exec_command", "arguments": raw}}
-        )
+        tool_calls.append(tool_call(f"call_{i}", "exec_command", raw))
     s.finish("tool_calls" if calls else "stop").usage()
-    tr = ResponsesStreamTranslator(REQUEST)
-    events = events_of(run(tr, s))
-    check_sequence(events)
+    _, events = translated(s)
     message: dict[str, Any] = {"content": "".join(text) or None}
     if tool_calls:
         message["tool_calls"] = tool_calls

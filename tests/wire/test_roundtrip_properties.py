@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, settings
@@ -28,7 +29,9 @@ arguments = st.dictionaries(text, json_value, max_size=4)
 tool_name = st.sampled_from(["Bash", "Read", "Edit", "exec_command", "mcp__srv__x"])
 
 
-def merge_leading_system(elements: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+def merge_leading_system(top: str | None, elements: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The request's own system text (`top`) and the leading system messages as one, as Chat gets them."""
+    elements = [("system", top), *elements] if top else elements
     n = 0
     while n < len(elements) and elements[n][0] == "system":
         n += 1
@@ -36,6 +39,21 @@ def merge_leading_system(elements: list[tuple[Any, ...]]) -> list[tuple[Any, ...
         return elements
     joined = "\n\n".join(e[1] for e in elements[:n] if e[1])
     return [("system", joined), *elements[n:]]
+
+
+def round_trip(
+    body: dict[str, Any],
+    to_chat: Callable[[dict[str, Any]], Any],
+    from_chat: Callable[[dict[str, Any]], dict[str, Any]],
+    elements: Callable[[dict[str, Any]], list[tuple[Any, ...]]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`body` to valid Chat messages and back (through JSON), every element kept in order; the Chat request
+    and the body rebuilt."""
+    chat = to_chat(body).request
+    CHAT_MESSAGES.validate_python(chat["messages"])
+    back = from_chat(json.loads(json.dumps(chat)))
+    assert elements(back) == elements(body)
+    return chat, back
 
 
 # --- Anthropic ---------------------------------------------------------------------------------------
@@ -106,8 +124,6 @@ def anthropic_bodies(draw: st.DrawFn) -> dict[str, Any]:
 
 def anthropic_elements(body: dict[str, Any]) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
-    if body.get("system"):
-        out.append(("system", body["system"]))
     for message in body["messages"]:
         role, content = message["role"], message["content"]
         blocks: list[dict[str, Any]] = (
@@ -129,16 +145,13 @@ def anthropic_elements(body: dict[str, Any]) -> list[tuple[Any, ...]]:
                 result = block["content"]
                 result = result if isinstance(result, str) else "\n".join(b["text"] for b in result)
                 out.append(("tool_result", block["tool_use_id"], result))
-    return merge_leading_system(out)
+    return merge_leading_system(body.get("system"), out)
 
 
 @settings(max_examples=120, deadline=None)
 @given(body=anthropic_bodies())
 def test_anthropic_to_chat_and_back_keeps_everything_in_order(body: dict[str, Any]) -> None:
-    chat = anthropic_to_chat_request(body).request
-    CHAT_MESSAGES.validate_python(chat["messages"])
-    back = chat_to_anthropic_request(json.loads(json.dumps(chat)))
-    assert anthropic_elements(back) == anthropic_elements(body)
+    chat, back = round_trip(body, anthropic_to_chat_request, chat_to_anthropic_request, anthropic_elements)
     assert [t["name"] for t in back.get("tools", [])] == [t["name"] for t in body.get("tools", [])]
     # Every tool call is answered by the tool message right after its assistant message, in order.
     messages = chat["messages"]
@@ -198,8 +211,6 @@ def responses_bodies(draw: st.DrawFn) -> dict[str, Any]:
 
 def responses_elements(body: dict[str, Any]) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
-    if body.get("instructions"):
-        out.append(("system", body["instructions"]))
     for item in body["input"]:
         kind = item["type"]
         if kind == "message":
@@ -212,13 +223,10 @@ def responses_elements(body: dict[str, Any]) -> list[tuple[Any, ...]]:
             out.append(("tool_call", item["call_id"], item["name"], json.loads(item["arguments"])))
         elif kind == "function_call_output":
             out.append(("tool_result", item["call_id"], item["output"]))
-    return merge_leading_system(out)
+    return merge_leading_system(body.get("instructions"), out)
 
 
 @settings(max_examples=120, deadline=None)
 @given(body=responses_bodies())
 def test_responses_to_chat_and_back_keeps_everything_in_order(body: dict[str, Any]) -> None:
-    chat = responses_to_chat_request(body).request
-    CHAT_MESSAGES.validate_python(chat["messages"])
-    back = chat_to_responses_request(json.loads(json.dumps(chat)))
-    assert responses_elements(back) == responses_elements(body)
+    round_trip(body, responses_to_chat_request, chat_to_responses_request, responses_elements)

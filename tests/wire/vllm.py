@@ -144,3 +144,8 @@ def chat_response(message: dict[str, Any], finish_reason: str = "stop", **extra:
         "usage": {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150},
         **extra,
     }
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """One entry of a chat message's `tool_calls`."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
