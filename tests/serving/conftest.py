@@ -30,49 +30,79 @@ pytestmark = pytest.mark.vllm
 
 
 @contextlib.contextmanager
-def vllm(model: str, log: Path, *args: str, timeout: float = 600) -> Iterator[str]:
-    """A vLLM server of `model` (extra `args` for `python -m serving serve`), its URL while the block runs."""
+def vllms(servers: dict[str, tuple[str, ...]], logs: Path, timeout: float = 600) -> Iterator[dict[str, str]]:
+    """vLLM servers started at once (label → `python -m serving serve` arguments), their URLs while the block
+    runs. Started together, not one after the other: most of a start is Python importing in three processes,
+    one core each, so on 2 cores several starts take little longer than one."""
     have = availability()
     if not have.ok:
         pytest.skip(have.line())
-    port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "serving",
-        "serve",
-        "--model",
-        model,
-        "--port",
-        str(port),
-        "--no-compile",
-        "--kv-cache-gib",
-        "1",
-        *args,
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    procs: dict[str, tuple[subprocess.Popen[bytes], str, Path]] = {}
     try:
+        for label, args in servers.items():
+            port, log = free_port(), logs / f"{label}.log"
+            argv = [sys.executable, "-m", "serving", "serve", "--port", str(port), "--no-compile", *args]
+            with log.open("wb") as out:
+                proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            procs[label] = (proc, f"http://127.0.0.1:{port}", log)
         deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode}: {log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM not ready after {timeout:.0f}s: {log.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
+        for proc, url, log in procs.values():
+            _wait(proc, url, log, deadline)
+        yield {label: url for label, (_, url, _) in procs.items()}
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        for proc, _, _ in procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc, _, _ in procs.values():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _wait(proc: subprocess.Popen[bytes], url: str, log: Path, deadline: float) -> None:
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {proc.returncode}: {log.read_text()[-3000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"vLLM not ready in time: {log.read_text()[-3000:]}")
+        time.sleep(1)
+
+
+class Waves:
+    """vLLM servers started in waves of at most `at_once` in their declared order, a wave's servers stopped
+    when a label of another wave is asked: each server holds ≈ 3.5 GiB here (three processes and its KV
+    cache), so five at once would not fit beside the rest of a 24 GiB machine, while three take about as
+    long to start as one."""
+
+    def __init__(self, servers: dict[str, tuple[str, ...]], logs: Path, at_once: int = 3) -> None:
+        labels = list(servers)
+        self.waves = [labels[i : i + at_once] for i in range(0, len(labels), at_once)]
+        self.servers, self.logs = servers, logs
+        self.stack = contextlib.ExitStack()
+        self.urls: dict[str, str] = {}
+
+    def __getitem__(self, label: str) -> str:
+        if label not in self.urls:
+            self.close()
+            wave = next(w for w in self.waves if label in w)
+            self.urls = self.stack.enter_context(vllms({k: self.servers[k] for k in wave}, self.logs))
+        return self.urls[label]
+
+    def close(self) -> None:
+        self.stack.close()
+        self.urls = {}
+
+
+@contextlib.contextmanager
+def vllm(model: str, log: Path, *args: str, timeout: float = 600) -> Iterator[str]:
+    """One vLLM server of `model` (extra `args` for `python -m serving serve`), its URL while the block runs."""
+    with vllms({log.stem: ("--model", model, "--kv-cache-gib", "1", *args)}, log.parent, timeout) as urls:
+        yield urls[log.stem]
 
 
 @pytest.fixture(scope="session")

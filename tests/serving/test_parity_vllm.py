@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lm import Target
-from tests.serving.conftest import vllm
+from tests.serving.conftest import Waves
 from tests.trainer.replay.conftest import BLOCK, NEW_TOKENS, overfit
 from trainer.evaluate import Prompt
 from trainer.parity import drafter_parity, target_parity
@@ -51,14 +52,32 @@ def interleaved(export: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run(tiny_drafter: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run folder as the gate reads it: the drafter as trained (ours), its exports (the engine's)."""
+def run(
+    tiny: Target, tiny_rows: list[dict], tiny_drafter: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:  # type: ignore[type-arg]
+    """A run folder as the gate reads it: the drafter as trained (ours), its exports (the engine's), and
+    beside it an untrained drafter's run."""
     root = tmp_path_factory.mktemp("run")
     shutil.copytree(tiny_drafter, root / "drafter")
     shutil.copytree(tiny_drafter, root / "export")
     off_by_one(root / "export", root / "export-tap")
     interleaved(root / "export", root / "export-rope")
+    overfit(tiny, tiny_rows, root / "untrained" / "drafter", steps=0)
+    shutil.copytree(root / "untrained" / "drafter", root / "untrained" / "export")
     return root
+
+
+@pytest.fixture(scope="module")
+def urls(tiny_dir: Path, run: Path) -> Iterator[Waves]:
+    """The module's servers, in the order its tests ask them: plain, then one per export served as drafter."""
+    common = ("--model", str(tiny_dir), "--kv-cache-gib", "1", "--max-model-len", "512", "--dtype", "float32")
+    servers = {"plain": common}
+    for export in ("export", "export-tap", "export-rope", "untrained/export"):
+        spec = {"method": "dflash", "model": str(run / export), "num_speculative_tokens": BLOCK - 1}
+        servers[export.replace("/", "-")] = (*common, "--speculative-config", json.dumps(spec))
+    waves = Waves(servers, run)
+    yield waves
+    waves.close()
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +90,9 @@ def settings(run: Path) -> ParitySettings:
 
 
 def test_the_target_matches_vllms_prompt_logprobs(
-    tiny: Target, tiny_dir: Path, prompts: list[Prompt], run: Path
+    tiny: Target, prompts: list[Prompt], run: Path, urls: Waves
 ) -> None:
-    with vllm(str(tiny_dir), run / "plain.log", "--max-model-len", "512", "--dtype", "float32") as url:
-        result = target_parity(tiny, url, prompts, settings(run))
+    result = target_parity(tiny, urls["plain"], prompts, settings(run))
     assert result["ok"], result
     assert result["tokens"] == sum(len(p.ids) - 1 for p in prompts)
     assert result["mean_abs_logprob_diff"] < 1e-3  # float32 on both sides
@@ -84,12 +102,9 @@ def test_the_target_matches_vllms_prompt_logprobs(
     ("export", "passes"), [("export", True), ("export-tap", False), ("export-rope", False)]
 )
 def test_the_drafter_gate_passes_the_honest_export_and_catches_planted_faults(
-    tiny: Target, tiny_dir: Path, prompts: list[Prompt], run: Path, export: str, passes: bool
+    tiny: Target, prompts: list[Prompt], run: Path, urls: Waves, export: str, passes: bool
 ) -> None:
-    spec = json.dumps({"method": "dflash", "model": str(run / export), "num_speculative_tokens": BLOCK - 1})
-    args = ("--max-model-len", "512", "--dtype", "float32", "--speculative-config", spec)
-    with vllm(str(tiny_dir), run / f"{export}.log", *args) as url:
-        result = drafter_parity(run, tiny, url, prompts, settings(run))
+    result = drafter_parity(run, tiny, urls[export], prompts, settings(run))
     print(export, {k: result[k] for k in ("our_acceptance_length", "engine_mal", "relative_gap")})
     # overfit (4.0 at 80 steps): a fault cannot hide in noise around 1
     assert result["our_acceptance_length"] > 1.8
@@ -97,21 +112,12 @@ def test_the_drafter_gate_passes_the_honest_export_and_catches_planted_faults(
 
 
 def test_a_drafter_that_accepts_nothing_is_inconclusive_not_passed(
-    tiny: Target,
-    tiny_dir: Path,
-    tiny_rows: list[dict],  # type: ignore[type-arg]
-    prompts: list[Prompt],
-    tmp_path: Path,
+    tiny: Target, prompts: list[Prompt], run: Path, urls: Waves
 ) -> None:
     """An untrained drafter accepts (almost) nothing on both engines: a gap of 0 there proves nothing about
     taps, RoPE or weights, so the check is inconclusive — and the gate does not pass it unless allowed."""
-    run = tmp_path / "run"
-    overfit(tiny, tiny_rows, run / "drafter", steps=0)
-    shutil.copytree(run / "drafter", run / "export")
-    spec = json.dumps({"method": "dflash", "model": str(run / "export"), "num_speculative_tokens": BLOCK - 1})
-    args = ("--max-model-len", "512", "--dtype", "float32", "--speculative-config", spec)
-    with vllm(str(tiny_dir), run / "untrained.log", *args) as url:
-        result = drafter_parity(run, tiny, url, prompts, settings(run))
+    untrained = run / "untrained"
+    result = drafter_parity(untrained, tiny, urls["untrained-export"], prompts, settings(untrained))
     assert result["engine_mal"] < 1.1
     assert result["status"] == "inconclusive", result
     assert result["ok"] is False
