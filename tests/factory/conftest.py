@@ -1,5 +1,9 @@
 """Fixtures of the factory tests: a real SQLite file and a real PostgreSQL database per test.
 
+`db_url` runs a test on both, for the tests whose subject is the database (the schema and its migrations,
+the queue's claims and leases, the plan's writes: test_db, test_runner, test_plan); every other test of the
+factory stores through the same ORM and takes `sqlite_url`.
+
 PostgreSQL comes from ``DFLASH_TEST_PG_URL`` (a role allowed to CREATE DATABASE); .ci/run starts
 Debian's cluster and sets it. Outside CI the PostgreSQL cases skip when it is unset; under CI=true
 they fail instead, so CI can never go green without them."""
@@ -54,7 +58,7 @@ def sqlite_url(tmp_path) -> str:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request) -> str:
-    """Each test using this runs once on SQLite and once on PostgreSQL."""
+    """Each test using this runs once on SQLite and once on PostgreSQL (where the database is its subject)."""
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
 
 

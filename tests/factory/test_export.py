@@ -52,8 +52,8 @@ def call(session_id: str, i: int, **kw) -> dict:
 
 
 @pytest.fixture
-def finished(tmp_path, db_url):
-    sessions = session_factory(connect(db_url))
+def finished(tmp_path, sqlite_url):
+    sessions = session_factory(connect(sqlite_url))
     seed(sessions, tmp_path / "repo", repos=4, issues=2)
     plan(sessions, PlanConfig(seed=0))
     cfg = RunConfig(proxy_url="http://x", data_dir=tmp_path / "data", concurrency=2, poll_s=0.05)

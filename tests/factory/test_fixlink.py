@@ -135,7 +135,7 @@ def test_repos_check_online_reports_archived_forks_and_no_issues(tmp_path) -> No
     assert "0 of 3 not found; 2 archived, forks or without issues" in r.output
 
 
-def test_harvest_stores_the_fix_of_closed_issues(db_url) -> None:  # type: ignore[no-untyped-def]
+def test_harvest_stores_the_fix_of_closed_issues(sqlite_url) -> None:  # type: ignore[no-untyped-def]
     from sqlalchemy import select
 
     from factory.db import Issue, connect, session_factory
@@ -160,7 +160,7 @@ def test_harvest_stores_the_fix_of_closed_issues(db_url) -> None:  # type: ignor
                 pull_files={12: ["src/x.py"]},
             )
         )
-        sessions = session_factory(connect(db_url))
+        sessions = session_factory(connect(sqlite_url))
         reg = parse({"repos": [{"name": "o/r", "language": "Python", "license": "MIT"}]})
         with GitHubClient("tok", base_url=fake.url, sleep=lambda _s: None) as c:
             report = harvest(sessions, reg, c)

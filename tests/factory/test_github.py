@@ -144,7 +144,7 @@ REG = {
 }
 
 
-def test_harvest_filters_records_base_commits_and_reports_404(gh, db_url):
+def test_harvest_filters_records_base_commits_and_reports_404(gh, sqlite_url):
     long = "Steps to reproduce: " + "y" * 50
     gh.add(
         FakeRepo(
@@ -161,7 +161,7 @@ def test_harvest_filters_records_base_commits_and_reports_404(gh, db_url):
             ],
         )
     )
-    sessions = session_factory(connect(db_url))
+    sessions = session_factory(connect(sqlite_url))
     report = harvest(sessions, parse(REG), client(gh, cache=DbEtagCache(sessions)))
     assert report.missing == ["ghost/gone"]
     assert report.repos_ok == 1

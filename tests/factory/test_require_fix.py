@@ -26,7 +26,7 @@ from .test_fixlink import _merged_pull, _xref
 BODY = "Steps to reproduce: " + "y" * 80
 
 
-def _harvested(tmp_path: Path, db_url: str) -> None:
+def _harvested(tmp_path: Path, sqlite_url: str) -> None:
     commit = git_repo(tmp_path / "o-r")
     with FakeGitHub() as fake:
         fake.add(
@@ -49,7 +49,7 @@ def _harvested(tmp_path: Path, db_url: str) -> None:
                 commit_files={"c" * 40: ["src/y.py"]},
             )
         )
-        sessions = session_factory(connect(db_url))
+        sessions = session_factory(connect(sqlite_url))
         reg = parse({"repos": [{"name": "o/r", "language": "Python", "license": "MIT"}]})
         with GitHubClient("tok", base_url=fake.url, sleep=lambda _s: None) as c:
             assert harvest(sessions, reg, c).issues_new == 4
@@ -59,12 +59,12 @@ def _harvested(tmp_path: Path, db_url: str) -> None:
 
 
 def test_plan_require_fix_plans_only_fixed_issues_and_export_carries_the_fix(
-    tmp_path: Path, db_url: str
+    tmp_path: Path, sqlite_url: str
 ) -> None:
-    _harvested(tmp_path, db_url)
-    sessions = session_factory(connect(db_url))
+    _harvested(tmp_path, sqlite_url)
+    sessions = session_factory(connect(sqlite_url))
     data = tmp_path / "data"
-    args = ["plan", "--db", db_url, "--data-dir", str(data), "--langs", "en", "--agents", "codex"]
+    args = ["plan", "--db", sqlite_url, "--data-dir", str(data), "--langs", "en", "--agents", "codex"]
     r = CliRunner().invoke(app, [*args, "--require-fix"])
     assert r.exit_code == 0, r.output
     assert "4 issues (2 without a known fix left out)" in r.output
