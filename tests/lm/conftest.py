@@ -10,20 +10,9 @@ import openai
 import pytest
 import uvicorn
 
-from lm import Target, load_target
+from lm import Target
 from lm.standin.server import TargetServer
 from tests.support import free_port
-
-
-@pytest.fixture(scope="session")
-def tiny() -> Target:
-    return load_target("tiny-qwen3")
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Target:
-    # The real cache (DFLASH_CACHE or ~/.cache/dflash-factory): the GGUF is converted once per machine.
-    return load_target("smollm2")
 
 
 @dataclass

@@ -21,10 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lm import Target, load_target
+from lm import Target
 from serving.venv import availability
 from tests.support import free_port
-from tests.trainer.replay.conftest import call_rows, overfit
 
 pytestmark = pytest.mark.vllm
 
@@ -113,27 +112,9 @@ def smollm2_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def tiny() -> Target:
-    return load_target("tiny-qwen3")
-
-
-@pytest.fixture(scope="session")
 def tiny_dir(tiny: Target, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tiny-qwen3 as a model folder vLLM loads (float32 weights, the real Qwen3 tokenizer)."""
     out = tmp_path_factory.mktemp("tiny-qwen3")
     tiny.model.save_pretrained(out)
     tiny.tokenizer.save_pretrained(out)
     return out
-
-
-@pytest.fixture(scope="session")
-def tiny_rows(tiny: Target) -> list[dict]:  # type: ignore[type-arg]
-    return call_rows(tiny, [20, 24, 28, 32])
-
-
-@pytest.fixture(scope="session")
-def tiny_drafter(tiny: Target, tiny_rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
-    """A drafter overfit on the target's own greedy continuations: high acceptance, on both engines."""
-    # 80 steps: at 40 the acceptance length was 2.14 on one install and 1.77 on another (torch 2.13 CPU,
-    # transformers 5.24), too near the gate test's 1.8 floor; at 80 it is 4.0 on both engines.
-    return overfit(tiny, tiny_rows, tmp_path_factory.mktemp("drafter"), steps=80)

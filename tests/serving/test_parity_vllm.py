@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from lm import Target
 from tests.serving.conftest import Waves
-from tests.trainer.replay.conftest import BLOCK, NEW_TOKENS, overfit
+from tests.support.tiny import BLOCK, NEW_TOKENS, overfit
 from trainer.evaluate import Prompt
 from trainer.parity import drafter_parity, target_parity
 from trainer.parity_settings import ParitySettings

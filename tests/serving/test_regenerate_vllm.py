@@ -11,18 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lm import Target, load_target
+from lm import Target
 from records.io import write_part
-from tests.trainer.replay.conftest import call_rows
+from tests.support.tiny import call_rows
 from trainer.data.build import build
 from trainer.regenerate import RegenerateSettings, run
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> Target:
-    return load_target("smollm2")
 
 
 def regenerated(data: Path) -> list[dict]:  # type: ignore[type-arg]

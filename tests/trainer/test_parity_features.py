@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lm import Target
-from tests.trainer.replay.conftest import BLOCK, overfit
+from tests.support.tiny import BLOCK, overfit
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel
 from trainer.evaluate import Prompt
@@ -33,14 +33,14 @@ def _run(folder: Path, drafter: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def prompts(rows: list[dict]) -> list[Prompt]:  # type: ignore[type-arg]
-    return [Prompt(r["prompt_token_ids"], r["agent"], r["lang"], r["session_id"]) for r in rows]
+def prompts(tiny_rows: list[dict]) -> list[Prompt]:  # type: ignore[type-arg]
+    return [Prompt(r["prompt_token_ids"], r["agent"], r["lang"], r["session_id"]) for r in tiny_rows]
 
 
 @pytest.fixture(scope="module")
-def trained_run(tiny: Target, rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
+def trained_run(tiny: Target, tiny_rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
     """Overfit harder than the shared drafter: a planted tap must show on more blocks than chance allows."""
-    drafter = overfit(tiny, rows, tmp_path_factory.mktemp("drafter"), steps=60)
+    drafter = overfit(tiny, tiny_rows, tmp_path_factory.mktemp("drafter"), steps=60)
     return _run(tmp_path_factory.mktemp("trained"), drafter)
 
 

@@ -1,61 +1,19 @@
-"""Call records and an overfit drafter on tiny-qwen3 (made by tests/trainer/conftest.py's fixtures), and two
-live stand-in servers: plain and speculative."""
+"""Two live stand-in servers of tiny-qwen3 (tests/conftest.py): plain, and speculative with the shared
+overfit drafter; held-out calls written as an exported split."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
-from lm import Engine, SamplingParams, Target
+from lm import Target
 from lm.standin.server import TargetServer
 from tests.lm.conftest import Live, live
-from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.engine import engine_factory
-from trainer.dflash.model import DFlashDraftModel
-from trainer.parity_probe import overfit_on
-
-GROUPS = [("claude-code", "en"), ("codex", "en"), ("claude-code", "ko"), ("codex", "ko")]
-NEW_TOKENS = 12
-BLOCK = 4
-
-
-def greedy(target: Target, prompt: list[int], n: int) -> list[int]:
-    params = SamplingParams(max_tokens=n, temperature=0.0)
-    return [t for s in Engine(target).steps(prompt, params) for t in s.token_ids]
-
-
-def call_rows(target: Target, prompt_lens: list[int], seed: int = 0) -> list[dict]:  # type: ignore[type-arg]
-    """Agent-like call records with stored ids: each completion is the target's greedy continuation."""
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for i, n in enumerate(prompt_lens):
-        agent, lang = GROUPS[i % len(GROUPS)]
-        prompt = torch.randint(1000, 20000, (n,), generator=g).tolist()
-        completion = greedy(target, prompt, NEW_TOKENS)
-        rows.append(
-            {
-                "call_id": f"c{i}",
-                "session_id": f"s{i}",
-                "agent": agent,
-                "lang": lang,
-                "repo": f"org/repo{i}",
-                "api": "openai_chat",
-                "status_code": 200,
-                "outcome": "ok",
-                "request_json": json.dumps({"messages": [{"role": "user", "content": "hi"}]}),
-                "prompt_tokens": n,
-                "completion_tokens": len(completion),
-                "prompt_token_ids": prompt,
-                "completion_token_ids": completion,
-            }
-        )
-    return rows
 
 
 def write_split(rows: list[dict], folder: Path, split: str) -> Path:  # type: ignore[type-arg]
@@ -66,16 +24,6 @@ def write_split(rows: list[dict], folder: Path, split: str) -> Path:  # type: ig
     return folder
 
 
-def overfit(target: Target, rows: list[dict], out: Path, steps: int = 30, lr: float = 3e-2) -> Path:  # type: ignore[type-arg]
-    """A drafter trained on exactly these completions until it predicts them (the parity gate's own
-    throwaway training, trainer/parity_probe.py): high, checkable acceptance."""
-    mask_id, _ = resolve_mask_token(target.tokenizer, target.embed_tokens.weight.shape[0])
-    cfg = make_draft_config(target.model.config, num_hidden_layers=1, block_size=BLOCK, mask_token_id=mask_id)
-    torch.manual_seed(0)
-    pairs = [(r["prompt_token_ids"], r["completion_token_ids"]) for r in rows]
-    return overfit_on(DFlashDraftModel(cfg), target, pairs, steps, lr).save(out)
-
-
 @pytest.fixture(scope="module")
 def plain(tiny: Target) -> Iterator[Live]:
     with live(TargetServer(tiny, max_model_len=256)) as server:
@@ -83,6 +31,6 @@ def plain(tiny: Target) -> Iterator[Live]:
 
 
 @pytest.fixture(scope="module")
-def spec(tiny: Target, drafter_dir: Path) -> Iterator[Live]:
-    with live(TargetServer(tiny, engine=engine_factory(drafter_dir)(tiny), max_model_len=256)) as server:
+def spec(tiny: Target, tiny_drafter: Path) -> Iterator[Live]:
+    with live(TargetServer(tiny, engine=engine_factory(tiny_drafter)(tiny), max_model_len=256)) as server:
         yield server

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.lm.conftest import Live
+from tests.support.tiny import call_rows
 from tests.trainer.replay.conftest import write_split
 from trainer.cli import app
 from trainer.replay import ReplaySettings, parse, run_replay
@@ -26,9 +27,9 @@ def cli_args(data: Path, plain: Live, spec: Live, out: Path, *extra: str) -> lis
 
 
 @pytest.fixture
-def held_out(rows: list[dict], tmp_path: Path) -> Path:  # type: ignore[type-arg]
+def held_out(tiny_rows: list[dict], tmp_path: Path) -> Path:  # type: ignore[type-arg]
     """The recorded calls as an export's held-out `test` split."""
-    return write_split(rows, tmp_path / "dataset", "test")
+    return write_split(tiny_rows, tmp_path / "dataset", "test")
 
 
 def test_report_mal_is_the_servers_own_and_outputs_equal_the_baseline(
@@ -119,16 +120,14 @@ def test_a_fixed_decode_budget_and_a_ranking_asked_below_the_floor_exits_3(
 
 def test_the_cli_prints_the_table_and_a_too_long_prompt_fails_alone(
     tiny,
-    rows: list[dict],
+    tiny_rows: list[dict],
     plain: Live,
     spec: Live,
     tmp_path: Path,  # type: ignore[no-untyped-def, type-arg]
 ) -> None:
-    from tests.trainer.replay.conftest import call_rows
-
     long = call_rows(tiny, [300], seed=1)[0]  # the servers' context is 256 tokens
     long["call_id"] = "too-long"
-    data = write_split([*rows[:2], long], tmp_path / "dataset", "test")
+    data = write_split([*tiny_rows[:2], long], tmp_path / "dataset", "test")
     out = tmp_path / "out"
     result = CliRunner().invoke(app, cli_args(data, plain, spec, out))
     assert result.exit_code == 0, result.output
