@@ -6,6 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The HF Hub cannot be reached from this machine or CI: offline, a lookup of a name that is not cached fails
+# at once instead of waiting out DNS and retries (28 s for one unknown target). Set before anything imports
+# huggingface_hub, which reads it once; subprocesses inherit it.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 import pytest
 
 from lm import Target, load_target

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lm import Target
-from tests.support.tiny import BLOCK, overfit
+from tests.support.tiny import BLOCK
 from trainer.dflash.config import make_draft_config, resolve_mask_token
 from trainer.dflash.model import DFlashDraftModel
 from trainer.evaluate import Prompt
@@ -38,10 +38,9 @@ def prompts(tiny_rows: list[dict]) -> list[Prompt]:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="module")
-def trained_run(tiny: Target, tiny_rows: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[type-arg]
-    """Overfit harder than the shared drafter: a planted tap must show on more blocks than chance allows."""
-    drafter = overfit(tiny, tiny_rows, tmp_path_factory.mktemp("drafter"), steps=60)
-    return _run(tmp_path_factory.mktemp("trained"), drafter)
+def trained_run(tiny_drafter: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared drafter, overfit (80 steps) so hard that a planted tap shows on more blocks than chance allows."""
+    return _run(tmp_path_factory.mktemp("trained"), tiny_drafter)
 
 
 def test_the_export_is_the_drafter_and_the_drafter_sees_its_taps(
