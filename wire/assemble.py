@@ -5,11 +5,12 @@ Each API's parts (its stream assembler, its summary) are listed by its shape in 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from wire import sse
+from wire.errors import stream_error_message
 
 
 @dataclass
@@ -20,7 +21,7 @@ class Assembled:
     finish_reason: str | None = None
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # a body that is not JSON; a stream's error events
 
 
 # How one API's non-streaming body reports usage, finish reason and token ids (filled into an Assembled).
@@ -41,12 +42,26 @@ def assemble_with(
         except (ValueError, RecursionError):
             return Assembled(errors=["response body is not JSON"])
         return summarize_with(summary, body if isinstance(body, dict) else None)
-    events = sse.iter_json_events([data] if isinstance(data, bytes) else data)
+    failures: list[str] = []
+    events = _watched(sse.iter_json_events([data] if isinstance(data, bytes) else data), failures)
     if stream_body is not None:
-        return summarize_with(summary, stream_body(events))
-    for _ in events:  # drain: an unknown API's stream is still read (and its errors counted) once
-        pass
-    return Assembled()
+        out = summarize_with(summary, stream_body(events))
+    else:
+        for _ in events:  # drain: an unknown API's stream is still read (and its errors counted) once
+            pass
+        out = Assembled()
+    out.errors += failures
+    return out
+
+
+def _watched(events: Iterable[dict[str, Any]], failures: list[str]) -> Iterator[dict[str, Any]]:
+    """The events unchanged; each one that says the stream failed (`wire.errors`) noted in `failures`: the
+    body assembled from the events before it is partial, and its client raised instead of reading it."""
+    for event in events:
+        message = stream_error_message(event)
+        if message is not None:
+            failures.append(f"stream error event: {message}")
+        yield event
 
 
 def summarize_with(summary: Summary | None, body: dict[str, Any] | None) -> Assembled:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from records.agents import AgentName
-from wire import API_SHAPES, Api, sse
+from wire import API_SHAPES, Api
 
 SYSTEM = (
     "You are a coding agent working in a checkout of a repository. Use the shell tool to look at files, "
@@ -28,11 +28,6 @@ class Step:
     call_id: str | None = None
     command: str | None = None
     raw: Any = None  # what the agent appends to its history (the API's own assistant items)
-
-
-def _is_error(event: dict[str, Any]) -> bool:
-    """Anthropic's and Responses' `type: error` (and `response.failed`), Chat's `{"error": …}` chunk."""
-    return event.get("type") in ("error", "response.failed") or ("error" in event and "choices" not in event)
 
 
 def _command(arguments: Any) -> str:
@@ -71,9 +66,8 @@ class Dialect:
     def assemble(self, data: bytes) -> dict[str, Any] | None:
         """The stream as its whole reply; None when it ended with an error event (the proxy's "could not record
         this call; retry" among them), which a CLI's SDK raises on, whatever came before it."""
-        if any(_is_error(e) for e in sse.json_events(data)):
-            return None
-        return API_SHAPES[self.api].assemble(data, is_stream=True).body
+        assembled = API_SHAPES[self.api].assemble(data, is_stream=True)
+        return None if assembled.errors else assembled.body
 
 
 class Messages(Dialect):
