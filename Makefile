@@ -62,7 +62,12 @@ export DFLASH_TEST_PG_URL
 postgres:
 	bash factory/db/ensure_postgres.sh
 
-test: install vllm speculators agents docker postgres lint typecheck
+# The installs into other environments and the static checks do not touch each other: they run at once
+# (a pip install waits on the network and the disk while mypy computes; about a minute less on a fresh
+# machine), each target's output kept together; then the services, then every test.
+test: install
+	$(MAKE) --no-print-directory -j3 --output-sync=target vllm speculators agents lint typecheck
+	$(MAKE) --no-print-directory docker postgres
 	$(BIN)/pytest -q
 
 # The edit loop: lint, types and every test that needs neither Docker, the agent CLIs, vLLM nor minutes of CPU.
