@@ -18,12 +18,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from lm import Target
 from serving.venv import availability
 from tests.support import free_port
+from trainer.replay.servers import wait_healthy
 
 pytestmark = pytest.mark.vllm
 
@@ -45,8 +45,8 @@ def vllms(servers: dict[str, tuple[str, ...]], logs: Path, timeout: float = 600)
                 proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             procs[label] = (proc, f"http://127.0.0.1:{port}", log)
         deadline = time.monotonic() + timeout
-        for proc, url, log in procs.values():
-            _wait(proc, url, log, deadline)
+        for proc, url, log in procs.values():  # the bench's own wait: a server that exits fails at once
+            wait_healthy(url, proc, max(0.0, deadline - time.monotonic()), log)
         yield {label: url for label, (_, url, _) in procs.items()}
     finally:
         for proc, _, _ in procs.values():
@@ -58,18 +58,6 @@ def vllms(servers: dict[str, tuple[str, ...]], logs: Path, timeout: float = 600)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-
-
-def _wait(proc: subprocess.Popen[bytes], url: str, log: Path, deadline: float) -> None:
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}: {log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"vLLM not ready in time: {log.read_text()[-3000:]}")
-        time.sleep(1)
 
 
 class Waves:
