@@ -59,7 +59,8 @@ class ServiceOptions(BaseModel):
         default="chat", description="chat (token ids on every call) or native, for a TARGET_URL."
     )
     target_arg: list[str] = Field(
-        default_factory=list, description="Extra argument for `serve-target` (repeatable)."
+        default_factory=list,
+        description="Extra argument for the target's server: `serving serve` (vLLM) or the stand-in's (repeatable).",
     )
     proxy_port: int = Field(default=0, ge=0, le=65535, description="The proxy's port (0: a free one).")
     target_port: int = Field(default=0, ge=0, le=65535, description="The stand-in's port (0: a free one).")

@@ -20,7 +20,7 @@ from factory.harvest import HarvestOptions, run_harvest
 from factory.ingest import sample
 from records.io import read_table
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]  # starts vLLM (minutes: it compiles) and three sessions
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]  # starts vLLM (eager) and three sessions
 
 SECRET = "ghp_PLANTEDgithubToken0123456789abcdefgh"
 
@@ -35,7 +35,13 @@ def test_harvest_keeps_exact_ids_and_cuts_a_secret_out_of_them(tmp_path: Path) -
         assert s.scalar(select(Issue.body)).endswith("to push.")
 
     opts = HarvestOptions(
-        data_dir=data, runner="fake", target_model="tiny-qwen3", limit=3, held_out=0.0, translate_limit=0
+        data_dir=data,
+        runner="fake",
+        target_model="tiny-qwen3",
+        target_arg=["--no-compile"],  # eager: a fresh machine has no compile cache (minutes to fill)
+        limit=3,
+        held_out=0.0,
+        translate_limit=0,
     )
     with (tmp_path / "console.txt").open("w") as fh:
         summary = run_harvest(opts, Console(file=fh, width=200))

@@ -88,7 +88,13 @@ def test_rehearse_survives_kills_and_reports(tmp_path: Path) -> None:
     }
     ledger = report["ledger"]
     assert ledger["sessions_finished"] >= 12
-    assert ledger["acknowledged"] == ledger["recorded_ok"] > 12 * 4
+    assert ledger["acknowledged"] > 12 * 4
+    # A call the proxy recorded may never be acknowledged: its agent was killed -9 (with its runner, or its
+    # proxy cut the answer) after the fsync and before the answer arrived. Every recorded call is either
+    # acknowledged or one of those, and only calls in flight at a kill can be: 3 faults, each catching at
+    # most every worker of both runners (2 x 3) mid-call.
+    assert ledger["acknowledged"] + ledger["unacknowledged_recorded"] == ledger["recorded_ok"]
+    assert ledger["unacknowledged_recorded"] <= 3 * 2 * 3
     assert report["queue_probe"]["claims_per_s"] > 0
     assert report["export"]["sequences"] > 0
     assert (data / "report" / "report.png").stat().st_size > 0
