@@ -108,6 +108,7 @@ def run(
     from factory.run.runner import Runner
     from factory.run.runner_types import RunnerArgs
     from factory.run.runners import get_runner, uses_sandboxes
+    from factory.run.stopping import sigterm_as_interrupt
 
     sessions = _sessions(db, data_dir)
     # Many `run` processes may share a data folder (scale-out): no lock, but each reaps the dead ones.
@@ -121,7 +122,7 @@ def run(
         )
         r = Runner(sessions, get_runner(settings.runner, args), settings.config(proxy_url, data_dir))
         progress = Progress(console, proxy_url=proxy_url)
-        with progress.live():
+        with progress.live(), sigterm_as_interrupt():  # told to stop, it stores and gives back what it holds
             r.run(on_tick=progress.tick)
         progress.final(r)
 

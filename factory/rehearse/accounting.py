@@ -31,6 +31,9 @@ class Ledger:
     sessions_finished: int = 0  # attempts whose agent ran to its end
     completed_twice: int = 0  # sessions with two attempts that ran to their end: must be 0
     completed_twice_ids: list[str] = field(default_factory=list)
+    # ran to its end again because the runner of the first end was killed -9 before it stored it: the
+    # result died with the process, so the session had to run again (not a duplicate; bounded by the kills)
+    redone_after_kill: int = 0
     queue: dict[str, int] = field(default_factory=dict)
     unfinished: int = 0  # sessions claimed at least once and neither done nor failed
     retried: int = 0  # sessions that needed more than one attempt
@@ -42,10 +45,11 @@ class Ledger:
         return out
 
 
-def _acks(folder: Path) -> tuple[Counter[str], Counter[str]]:
-    """Acknowledged calls per proxy session, and finished attempts per factory session."""
+def _acks(folder: Path) -> tuple[Counter[str], dict[str, list[int]]]:
+    """Acknowledged calls per proxy session, and per factory session the runner pid of each attempt that
+    ran to its end (each runner process logs to <pid>.jsonl)."""
     calls: Counter[str] = Counter()
-    finished: Counter[str] = Counter()
+    finished: dict[str, list[int]] = {}
     for f in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
         for line in f.read_text().splitlines():
             try:
@@ -53,7 +57,7 @@ def _acks(folder: Path) -> tuple[Counter[str], Counter[str]]:
             except ValueError:  # a line cut by a kill -9 mid-write: it was never fsynced, so never counted
                 continue
             if "finished" in rec:
-                finished[rec["finished"]] += 1
+                finished.setdefault(rec["finished"], []).append(int(f.stem))
             else:
                 calls[rec["session"]] += 1
     return calls, finished
@@ -67,7 +71,10 @@ def _per_session_csv(path: Path, acked: Counter[str], ok: Counter[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def count(data_dir: Path, report_dir: Path, sessions: sessionmaker[OrmSession]) -> Ledger:
+def count(
+    data_dir: Path, report_dir: Path, sessions: sessionmaker[OrmSession], killed: frozenset[int] = frozenset()
+) -> Ledger:
+    """The ledger; `killed`: the pids of the runners killed -9 on the way."""
     out = Ledger()
     acked, finished = _acks(report_dir / "acks")
     out.acknowledged = sum(acked.values())
@@ -89,9 +96,13 @@ def count(data_dir: Path, report_dir: Path, sessions: sessionmaker[OrmSession]) 
             out.lost += n - ok.get(sid, 0)
             out.lost_sessions.append(sid)
     out.unacknowledged_recorded = sum(max(0, n - acked.get(s, 0)) for s, n in ok.items())
-    out.sessions_finished = sum(finished.values())
-    twice = sorted(s for s, n in finished.items() if n > 1)
+    out.sessions_finished = sum(len(pids) for pids in finished.values())
+    # Of a session's ends, one is stored; any other is forgiven only where its runner was killed -9 (a runner
+    # stopped by SIGTERM stores what has ended first: factory/run/stopping.py).
+    extra = {s: [p for p in pids if p not in killed] for s, pids in finished.items() if len(pids) > 1}
+    twice = sorted(s for s, alive in extra.items() if len(alive) > 1)
     out.completed_twice, out.completed_twice_ids = len(twice), twice
+    out.redone_after_kill = sum(len(finished[s]) - 1 for s in extra if s not in twice)
     with sessions() as s:
         out.queue = {
             k: int(v) for k, v in s.execute(select(Session.status, func.count()).group_by(Session.status))

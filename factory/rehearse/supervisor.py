@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import subprocess
 import sys
 import time
@@ -110,7 +111,12 @@ def run(opts: RehearseOptions, say: Say) -> dict[str, Any]:
         "supervised_tokens": es.supervised_tokens,
         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
     }
-    report["ledger"] = accounting.count(opts.data_dir, opts.report_dir, sessions).as_dict()
+    killed = frozenset(
+        int(m.group(1))
+        for f in report["run"]["faults"]
+        if (m := re.fullmatch(r"kill -9 runner pid (\d+)", f["what"]))
+    )
+    report["ledger"] = accounting.count(opts.data_dir, opts.report_dir, sessions, killed).as_dict()
     report["disk_bytes"] = {
         name: _du(opts.data_dir / name) for name in ("calls", "spool", "transcripts", "dataset", "factory.db")
     }

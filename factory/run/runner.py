@@ -4,7 +4,8 @@ Each worker: claim (lease; the claim carries the task) → materialise the repos
 → store the result under the lease. Infrastructure failures go back to the queue with exponential
 backoff. A heartbeat renews the leases of sessions in flight. Killing the process at any moment
 loses nothing: its leases expire (on this host at once, on the next start) and those sessions run
-again; a finished session is never claimed again."""
+again; a finished session is never claimed again. Told to stop (Ctrl-C; SIGTERM under `factory run`), it
+stores what has ended and gives back the rest at once (factory/run/stopping.py)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from factory.db import utcnow
 from factory.run import queue
 from factory.run.repocache import RepoCache
 from factory.run.runner_types import InfraError, SessionOutcome, SessionRunner, SessionSpec
+from factory.run.stopping import give_back
 from records.atomic import write_bytes
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class RunStats:
     infra_failed: int = 0
     lost_leases: int = 0
     in_flight: set[str] = field(default_factory=set)
+    recording: set[str] = field(default_factory=set)  # agent ended, result being stored: a stop waits
     # One line per session this process finished (in order), for progress off a terminal.
     finished: list[str] = field(default_factory=list)
 
@@ -225,16 +228,24 @@ class Runner:
                 )
             log.warning("session %s attempt %d: %s -> %s", c.id, c.attempt, detail.splitlines()[0], status)
             return
-        transcript = _stored()(write_transcript)(self.cfg.data_dir, c.proxy_session_id, outcome.transcript)
-        ok = _stored()(queue.finish)(
-            self.sessions,
-            c,
-            owner,
-            outcome,
-            transcript_path=transcript,
-            started_at=started,
-            finished_at=utcnow(),
-        )
+        with self._lock:
+            self.stats.recording.add(c.id)
+        try:
+            transcript = _stored()(write_transcript)(
+                self.cfg.data_dir, c.proxy_session_id, outcome.transcript
+            )
+            ok = _stored()(queue.finish)(
+                self.sessions,
+                c,
+                owner,
+                outcome,
+                transcript_path=transcript,
+                started_at=started,
+                finished_at=utcnow(),
+            )
+        finally:
+            with self._lock:
+                self.stats.recording.discard(c.id)
         with self._lock:
             if not ok:
                 self.stats.lost_leases += 1
@@ -273,13 +284,10 @@ class Runner:
                 for t in threads:
                     t.join(timeout=tick_s / max(1, len(threads)))
         except KeyboardInterrupt:
-            # First Ctrl-C: stop claiming and give back the leases of what is in flight; the sandboxes
-            # are torn down by their context managers as the daemon threads die with the process.
+            # Ctrl-C (or SIGTERM, under stopping.sigterm_as_interrupt): stop claiming, store what has ended and
+            # give back the rest; the sandboxes are torn down as the daemon threads die with the process.
             self.stop.set()
-            with self._lock:
-                ids = list(self.stats.in_flight)
-            for owner in self._owners:
-                queue.release(self.sessions, ids, owner)
+            give_back(self.sessions, self.stats, self._lock, self._owners)
             raise
         finally:
             self.stop.set()

@@ -11,6 +11,7 @@ from pathlib import Path
 from factory.db import connect, session_factory
 from factory.run.fake_runner import FakeSessionRunner
 from factory.run.runner import RunConfig, Runner
+from factory.run.stopping import sigterm_as_interrupt
 
 
 def main() -> None:
@@ -34,7 +35,12 @@ def main() -> None:
         backoff_s=0.05,
         poll_s=0.05,
     )
-    stats = Runner(sessions, fake, cfg).run()
+    with sigterm_as_interrupt():  # as `factory run`
+        try:
+            stats = Runner(sessions, fake, cfg).run()
+        except KeyboardInterrupt:
+            print(json.dumps({"stopped": True}))
+            return
     print(json.dumps({"done": stats.done, "lost": stats.lost_leases}))
 
 

@@ -95,6 +95,9 @@ def test_rehearse_survives_kills_and_reports(tmp_path: Path) -> None:
     # most every worker of both runners (2 x 3) mid-call.
     assert ledger["acknowledged"] + ledger["unacknowledged_recorded"] == ledger["recorded_ok"]
     assert ledger["unacknowledged_recorded"] <= 3 * 2 * 3
+    # a session whose end died with its runner (kill -9 before it was stored) ran again: at most the killed
+    # runner's three workers; the driver's kill reaches its runners as SIGTERM, and they store what ended
+    assert ledger["redone_after_kill"] <= 3
     assert report["queue_probe"]["claims_per_s"] > 0
     assert report["export"]["sequences"] > 0
     assert (data / "report" / "report.png").stat().st_size > 0
