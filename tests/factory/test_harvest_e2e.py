@@ -128,7 +128,7 @@ def _train(data: Path, env: dict[str, str], runs: Path) -> None:
             # gate's throwaway, accepts enough of them to prove anything, so the gate is explicitly allowed
             # to be inconclusive here, its throwaway trained one pass: the path runs, its verdicts are
             # tests/serving/test_parity_vllm.py's
-            "PARITY_ARGS=--allow-inconclusive --probe-steps 1",
+            "PARITY_ARGS=--allow-inconclusive --probe-steps 1 --prompts 1",
         ],
         cwd=ROOT,
         env=env,
@@ -152,6 +152,9 @@ def _train(data: Path, env: dict[str, str], runs: Path) -> None:
     gate = json.loads((run / "export" / "parity.json").read_text())  # `make train` ran the gate on vLLM
     assert gate["ok"] is True, gate
     assert gate["target"]["ok"] is True, gate  # the target's log-probabilities are vLLM's
+    # float32 on both sides, a 1k and a long prompt: the suite's check (a) of the gate against vLLM
+    assert gate["target"]["tokens"] > 8000, gate["target"]
+    assert gate["target"]["mean_abs_logprob_diff"] < 1e-3, gate["target"]
     assert gate["drafter"]["engine"]["drafts"] > 0  # vLLM drafted with the export
     assert gate["features"]["fidelity"]["ok"], gate["features"]  # the export is the drafter trained
     assert gate["features"]["fidelity"]["blocks"] > 0

@@ -20,7 +20,7 @@ from lm import Target
 from tests.serving.conftest import Waves
 from tests.support.tiny import BLOCK, NEW_TOKENS, overfit
 from trainer.evaluate import Prompt
-from trainer.parity import drafter_parity, target_parity
+from trainer.parity import drafter_parity
 from trainer.parity_settings import ParitySettings
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -69,13 +69,15 @@ def run(
 
 @pytest.fixture(scope="module")
 def urls(tiny_dir: Path, run: Path) -> Iterator[Waves]:
-    """The module's servers, in the order its tests ask them: plain, then one per export served as drafter."""
+    """The module's servers, one per export served as drafter, started at once (four fit here, as the bench's
+    four do). The target's own parity with vLLM (check a) is the harvest chain's: its gate runs it on a long
+    prompt too (tests/factory/test_harvest_e2e.py)."""
     common = ("--model", str(tiny_dir), "--kv-cache-gib", "1", "--max-model-len", "512", "--dtype", "float32")
-    servers = {"plain": common}
+    servers = {}
     for export in ("export", "export-tap", "export-rope", "untrained/export"):
         spec = {"method": "dflash", "model": str(run / export), "num_speculative_tokens": BLOCK - 1}
         servers[export.replace("/", "-")] = (*common, "--speculative-config", json.dumps(spec))
-    waves = Waves(servers, run)
+    waves = Waves(servers, run, at_once=4)
     yield waves
     waves.close()
 
@@ -87,15 +89,6 @@ def prompts(tiny_rows: list[dict]) -> list[Prompt]:  # type: ignore[type-arg]
 
 def settings(run: Path) -> ParitySettings:
     return ParitySettings(run=run, endpoint="unused", draft_tokens=BLOCK - 1, max_tokens=NEW_TOKENS)
-
-
-def test_the_target_matches_vllms_prompt_logprobs(
-    tiny: Target, prompts: list[Prompt], run: Path, urls: Waves
-) -> None:
-    result = target_parity(tiny, urls["plain"], prompts, settings(run))
-    assert result["ok"], result
-    assert result["tokens"] == sum(len(p.ids) - 1 for p in prompts)
-    assert result["mean_abs_logprob_diff"] < 1e-3  # float32 on both sides
 
 
 @pytest.mark.parametrize(
