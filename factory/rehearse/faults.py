@@ -49,14 +49,14 @@ def kind_of(p: psutil.Process) -> str | None:
     return None
 
 
-def _kill_one(driver: int, kind: str, rng: random.Random) -> str:
+def _kill_one(driver: int, kind: str, rng: random.Random) -> tuple[str, int | None]:
     found = [p for p in tree(driver) if kind_of(p) == kind]
     if not found:
-        return f"{kind}: none running"
+        return f"{kind}: none running", None
     victim = rng.choice(found)
     with contextlib.suppress(psutil.NoSuchProcess):
         victim.kill()
-    return f"kill -9 {kind} pid {victim.pid}"
+    return f"kill -9 {kind} pid {victim.pid}", victim.pid
 
 
 def _postgres(opts: RehearseOptions) -> str:
@@ -92,15 +92,18 @@ def _fill(opts: RehearseOptions) -> str:
     return f"disk: {free / 2**20:.0f} MiB filled for {opts.disk_full_s:g} s ({shutil.disk_usage(opts.data_dir).free} bytes left)"
 
 
-def inject(kind: str, driver: subprocess.Popen[bytes], opts: RehearseOptions, rng: random.Random) -> str:
+def inject(
+    kind: str, driver: subprocess.Popen[bytes], opts: RehearseOptions, rng: random.Random
+) -> tuple[str, int | None]:
+    """What was done, said in a line, and the pid it killed -9 (None: no process killed)."""
     if kind in ("proxy", "runner"):
         return _kill_one(driver.pid, kind, rng)
     if kind == "driver":
         driver.send_signal(signal.SIGKILL)
-        return f"kill -9 driver pid {driver.pid}"
+        return f"kill -9 driver pid {driver.pid}", driver.pid
     if kind == "postgres":
-        return _postgres(opts)
-    return _fill(opts)
+        return _postgres(opts), None
+    return _fill(opts), None
 
 
 def mount_limit(opts: RehearseOptions) -> str | None:

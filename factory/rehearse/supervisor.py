@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import re
 import subprocess
 import sys
 import time
@@ -111,11 +110,7 @@ def run(opts: RehearseOptions, say: Say) -> dict[str, Any]:
         "supervised_tokens": es.supervised_tokens,
         "stale_attempt_calls_skipped": es.stale_attempt_calls_skipped,
     }
-    killed = frozenset(
-        int(m.group(1))
-        for f in report["run"]["faults"]
-        if (m := re.fullmatch(r"kill -9 runner pid (\d+)", f["what"]))
-    )
+    killed = frozenset(f["pid"] for f in report["run"]["faults"] if f["fault"] == "runner" and f["pid"])
     report["ledger"] = accounting.count(opts.data_dir, opts.report_dir, sessions, killed).as_dict()
     report["disk_bytes"] = {
         name: _du(opts.data_dir / name) for name in ("calls", "spool", "transcripts", "dataset", "factory.db")
@@ -152,8 +147,10 @@ def _sessions(opts: RehearseOptions, sessions: sessionmaker[OrmSession], say: Sa
         samples.timeline.append((round(elapsed, 1), now_ended))
         while due and now_ended >= due[0][0]:
             _, kind = due.pop(0)
-            line = faults.inject(kind, driver, opts, rng)
-            events.append({"t": round(elapsed, 1), "ended": now_ended, "fault": kind, "what": line})
+            line, pid = faults.inject(kind, driver, opts, rng)
+            events.append(
+                {"t": round(elapsed, 1), "ended": now_ended, "fault": kind, "what": line, "pid": pid}
+            )
             say(f"fault at {elapsed:.0f} s ({now_ended} sessions ended): {line}")
         if elapsed - last_line >= 10:
             say(f"sessions ended {now_ended:,}/{opts.sessions:,} after {elapsed:.0f} s")

@@ -115,9 +115,16 @@ class RehearsalSessionRunner:
     def run(self, spec: SessionSpec) -> SessionOutcome:
         work = Path(tempfile.mkdtemp(prefix=f"rehearsal-{spec.proxy_session_id[:12]}-"))
         try:
-            return self._session(spec, work)
+            outcome = self._session(spec, work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
+        # the end is logged last, as the runner takes the result: a stop between the two (the runner's
+        # give_back) would release a session whose agent had ended, and it would run again
+        turns = sum(e["type"] == "assistant" for e in outcome.transcript)
+        self.acks.log(
+            session=spec.proxy_session_id, finished=spec.session_id, attempt=spec.attempt, turns=turns
+        )
+        return outcome
 
     def _checkout(self, spec: SessionSpec, work: Path) -> None:
         archive = subprocess.run(
@@ -150,9 +157,6 @@ class RehearsalSessionRunner:
                 transcript.append({"type": "tool", "output": output[-500:]})
                 dialect.answer(step, output)
         patch = subprocess.run(["git", "diff"], cwd=work, capture_output=True, text=True, timeout=60).stdout
-        self.acks.log(
-            session=spec.proxy_session_id, finished=spec.session_id, attempt=spec.attempt, turns=turns
-        )
         return SessionOutcome(
             exit_status=0 if turns < self.cfg.max_turns else 1,
             patch=patch,

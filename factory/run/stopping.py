@@ -54,6 +54,8 @@ def give_back(
     """Release the leases of the sessions whose agents still run, then wait (up to `grace_s`) until those
     whose agents have ended are stored; returns the released ids."""
     with lock:
+        # an agent ending between this line and the release is released too, and runs again: the runner
+        # marks a result as being stored as soon as its session runner returns it, so the gap is that short
         running = sorted(held.in_flight - held.recording)
     for owner in owners:
         queue.release(sessions, running, owner)
