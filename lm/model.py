@@ -22,6 +22,9 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from lm.taps import default_target_layer_ids
 from wire.chat_view import normalize_message
 
+# Rows of the LM head computed at once by `Target.greedy_ids` (512 x a 49k vocabulary: 100 MB of float32).
+GREEDY_ROWS = 512
+
 
 @dataclass
 class ForwardOutput:
@@ -238,6 +241,29 @@ class Target:
         with self._capture(layer_ids) as captured:
             base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         return _concat(captured, layer_ids)
+
+    @contextlib.contextmanager
+    def greedy_ids(self) -> Iterator[list[torch.Tensor]]:
+        """The target's greedy next token at every position of the forwards run inside the block ([B, T]
+        long per forward, in order): the argmax of its LM head over the final norm's output. A forward
+        that keeps the logits of its last position only (``forward(..., logits_to_keep=1)``, ``tap``)
+        still norms every position, so the trainer gets greedy labels from the forward it runs for the
+        features anyway. The head runs ``GREEDY_ROWS`` rows at a time: a 13k-token prompt's whole logits
+        would be 2.6 GB of float32."""
+        found: list[torch.Tensor] = []
+        head = self.lm_head
+
+        def record(_module: nn.Module, _args: Any, output: Any) -> None:
+            h = output[0] if isinstance(output, tuple) else output
+            flat = h.reshape(-1, h.shape[-1])
+            parts = [head(flat[i : i + GREEDY_ROWS]).argmax(-1) for i in range(0, flat.shape[0], GREEDY_ROWS)]
+            found.append(torch.cat(parts).view(h.shape[:-1]))
+
+        handle = self.final_norm.register_forward_hook(record)
+        try:
+            yield found
+        finally:
+            handle.remove()
 
     @contextlib.contextmanager
     def _capture(self, layer_ids: Sequence[int]) -> Iterator[dict[int, torch.Tensor]]:

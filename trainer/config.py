@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trainer.dflash.kinds import KINDS
 from trainer.errors import TrainerError
@@ -99,6 +99,17 @@ class TrainConfig(BaseModel):
         True, description="Compute the target once per common prefix of a session's consecutive sequences."
     )
     eval_fraction: float = Field(0.1, ge=0.0, lt=1.0, description="Held-out share of the groups.")
+    labels: Literal["text", "greedy"] = Field(
+        "text",
+        description="text: each position's own token; greedy: the target's greedy chain (its argmax, from the "
+        "forward that gives the features), what greedy decoding accepts: a block's slots are labels while the "
+        "text follows that chain. greedy needs feature_source=hf.",
+    )
+    supervise: Literal["completions", "all"] = Field(
+        "completions",
+        description="Which positions are labels: the recorded completions (the sequences' loss mask), or all "
+        "(the prompts' tool output, code and text too: with greedy labels, what the target would say there).",
+    )
     # optimisation (the DFlash paper's recipe)
     epochs: float = Field(6.0, gt=0, description="Passes over the training sequences.")
     lr: float = Field(6e-4, gt=0, description="Peak learning rate (AdamW).")
@@ -185,7 +196,14 @@ class TrainConfig(BaseModel):
     eval_every: int = Field(
         0,
         ge=0,
-        description="Optimizer steps between teacher-forced evaluations on the held-out split (0: off).",
+        description="Optimizer steps between held-out evaluations (0: off): acceptance along the target's greedy "
+        "chain with the drafter's features and scrambled -> heldout.jsonl, heldout.png, a progress line.",
+    )
+    heldout_tokens: int = Field(
+        16384,
+        ge=1,
+        description="The held-out evaluation's share of the eval split: whole steps up to this many target "
+        "positions (their features computed once, at the first evaluation, and kept).",
     )
     trackers: list[Literal["tensorboard", "wandb"]] = Field(
         default_factory=list,
@@ -241,6 +259,14 @@ class TrainConfig(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             raise ConfigError(describe(exc)) from None
+
+    @model_validator(mode="after")
+    def _greedy_in_process(self) -> TrainConfig:
+        if self.labels == "greedy" and self.feature_source != "hf":
+            raise ValueError(
+                "labels=greedy needs the target in-process (feature_source=hf): a feature source has no logits"
+            )
+        return self
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump()

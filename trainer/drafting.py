@@ -89,6 +89,7 @@ def step_loss(
         flex=flex,
         layout=step.layout,
         head_weight=d.head_weight,
+        label_ids=step.label_ids,
     )
 
 
@@ -196,11 +197,29 @@ def finish(
             "rope_style": "neox",
             "data": report,
         }
+        curve = run_dir / "heldout.jsonl"
+        if curve.exists():  # the learning curve's last point: the saved drafter's, and its context check
+            summary["heldout"] = json.loads(curve.read_text().splitlines()[-1])
         text = json.dumps(summary, indent=2) + "\n"
         (run_dir / "drafter" / "dflash_factory.json").write_text(text)
         (run_dir / "train_summary.json").write_text(text)
         acc.print(
             f"trained {pos.step} steps in {elapsed:.0f}s ({summary['target_tokens_per_s']:.0f} target tokens/s): {run_dir}"
         )
+        if "heldout" in summary:
+            h = summary["heldout"]
+            acc.print(
+                f"held-out: tau {h['tau']:.3f} along the greedy chain, {h['tau_scrambled']:.3f} with its "
+                f"features scrambled: the drafter {context_phrase(h['context'])} (heldout.png)"
+            )
     acc.wait_for_everyone()
     acc.end_training()
+
+
+def context_phrase(verdict: str) -> str:
+    """The held-out context check's verdict (``trainer.heldout.context_verdict``) as a summary says it."""
+    return {
+        "reads its context": "reads its context",
+        "IGNORES ITS CONTEXT": "IGNORES ITS CONTEXT (it accepts no less without its features)",
+        "not resolved": "may or may not read its context (not resolved on this held-out split)",
+    }.get(verdict, verdict)

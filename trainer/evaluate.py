@@ -40,6 +40,8 @@ from lm.prefix import PrefixCache
 from trainer.data.build import read
 from trainer.dflash.engine import speculative
 from trainer.dflash.kinds import load_drafter
+from trainer.drafting import context_phrase
+from trainer.heldout import paired_context_verdict
 from trainer.lossless import divergences
 from trainer.precision import NEAR_TIE, NearTieRule
 
@@ -153,8 +155,9 @@ def evaluate(
     dtype: str | None = None,
     near_tie: float = NEAR_TIE,
     prefix: PrefixCache | None = None,
+    check: bool = True,
 ) -> dict[str, Any]:
-    """``device`` (default: cuda when there is one, else cpu) and ``dtype`` (default: bfloat16 on a GPU,
+    """``check``: also the context check (``context_check``). ``device`` (default: cuda when there is one, else cpu) and ``dtype`` (default: bfloat16 on a GPU,
     float32 on a CPU) are where and how the target is loaded; the drafter follows it. Each prompt is
     prefilled once for both decodes (``prefix``, or a cache of this call's own)."""
     run = Path(run_dir).resolve()
@@ -196,6 +199,9 @@ def evaluate(
             )
     stats = strategy.spec_stats
     assert stats is not None
+    context = (
+        context_check(target, drafter, prompts, per_prompt, max_new, block_size, prefix) if check else {}
+    )
     all_steps = [n for g in groups["agent"].values() for n in g]
     result: dict[str, Any] = {
         "tau": round(sum(all_steps) / len(all_steps), 4) if all_steps else 0.0,
@@ -222,6 +228,7 @@ def evaluate(
         "target": cfg.get("target", getattr(target, "name", None)),
         "drafter": str(Path(drafter_dir or run / "drafter")),
         "seconds": {"plain": round(plain_s, 2), "speculative": round(spec_s, 2)},
+        **context,
         "prompts": per_prompt,
     }
     out = Path(out_dir) if out_dir else run
@@ -229,6 +236,32 @@ def evaluate(
     (out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
     plot_acceptance(result, out / "acceptance.png")
     return result
+
+
+def context_check(
+    target: Any,
+    drafter: Any,
+    prompts: list[Prompt],
+    rows: list[dict[str, Any]],
+    max_new: int,
+    block_size: int | None,
+    prefix: PrefixCache,
+) -> dict[str, Any]:
+    """Does the drafter read its context? The same prompts decoded speculatively a third time with the
+    drafter given other positions' features (``speculative(scramble=True)``; each prompt's prefill is the
+    prefix cache's already): tau per prompt beside the real one, and the paired verdict over sessions
+    (``trainer.heldout.paired_context_verdict``). A drafter that accepts no less ignores its context."""
+    scrambled = Engine(target, speculative(drafter, block_size=block_size, prefix=prefix, scramble=True))
+    by_unit: dict[str, list[float]] = defaultdict(list)
+    steps: list[int] = []
+    for i, (p, row) in enumerate(zip(prompts, rows, strict=True)):
+        _, settled, _ = _decode(scrambled, p.ids, max_new)
+        steps += settled
+        row["tau_scrambled"] = round(sum(settled) / len(settled), 4) if settled else None
+        if row["tau"] is not None and row["tau_scrambled"] is not None:
+            by_unit[p.session_id or f"prompt {i}"].append(row["tau"] - row["tau_scrambled"])
+    tau = round(sum(steps) / len(steps), 4) if steps else None
+    return {"tau_scrambled": tau, **paired_context_verdict(by_unit)}
 
 
 def plot_acceptance(result: dict[str, Any], path: Path) -> None:
@@ -312,5 +345,12 @@ def eval_command(
     typer.echo(f"divergences from plain greedy: {ties} near-ties, {bad} mismatches ({r['near_tie']['rule']})")
     typer.echo(f"per-position acceptance: {acc}")
     typer.echo(f"tau by agent: {r['tau_by_agent']}; by language: {r['tau_by_language']}")
+    if "context" in r:
+        ci = r["context_gain_ci"]
+        interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}] over {r['context_units']} sessions" if ci else ""
+        typer.echo(
+            f"context check: tau {r['tau_scrambled']} with its features scrambled (gain {r['context_gain']:+.3f}"
+            f"{interval}): the drafter {context_phrase(r['context'])}"
+        )
     if not r["lossless"]:
         raise typer.Exit(1)

@@ -94,7 +94,8 @@ class StepFeed:
 
 def _tensors(step: PackedStep) -> list[torch.Tensor]:
     layout = step.layout
-    return [step.taps, step.input_ids, step.loss_mask, layout.seg, layout.pos, layout.share]
+    labels = [] if step.label_ids is None else [step.label_ids]
+    return [step.taps, step.input_ids, step.loss_mask, layout.seg, layout.pos, layout.share, *labels]
 
 
 def _map_step(step: PackedStep, fn: Callable[[torch.Tensor], torch.Tensor]) -> PackedStep:
@@ -105,6 +106,7 @@ def _map_step(step: PackedStep, fn: Callable[[torch.Tensor], torch.Tensor]) -> P
         input_ids=fn(step.input_ids),
         loss_mask=fn(step.loss_mask),
         layout=step.layout.map(fn),
+        label_ids=None if step.label_ids is None else fn(step.label_ids),
     )
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -25,12 +27,25 @@ from trainer.sources.base import FeatureSource, step_taps
 from trainer.sources.select import kind_of, make_source
 
 
+class Rows(NamedTuple):
+    """What the target gives each computed position: its tapped features and, for greedy labels, its
+    greedy next token (``Target.greedy_ids``)."""
+
+    taps: torch.Tensor  # [1, T, n_taps*H]
+    greedy: torch.Tensor | None = None  # [1, T] long
+
+    def gather(self, rows: torch.Tensor) -> Rows:
+        greedy = None if self.greedy is None else self.greedy[:, rows.to(self.greedy.device)]
+        return Rows(self.taps[:, rows.to(self.taps.device)], greedy)
+
+
 @dataclass
 class PackedStep:
     taps: torch.Tensor  # [1, T, n_taps*H]: features of every packed position
-    input_ids: torch.Tensor  # [T]
-    loss_mask: torch.Tensor  # [T]
+    input_ids: torch.Tensor  # [T]: the drafter's inputs (a block's anchor token)
+    loss_mask: torch.Tensor  # [T]: the rows that are labels (with greedy labels: along the greedy chain)
     layout: L.Layout
+    label_ids: torch.Tensor | None = None  # [T]: each row's label where it is not its own token (greedy)
     target_tokens: int = 0  # positions the target computed for this step (0: its units' were reused)
     cpu_mask: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # loss_mask, kept on the host
     cpu_layout: L.Layout | None = None  # layout, kept on the host: anchors are drawn without a device sync
@@ -57,23 +72,41 @@ def unit_features(
 
     ``taps_fn``: features from elsewhere (a feature source: files, a server) of each segment's positions
     past its shared prefix (those below it are the same features, served by the earlier segment)."""
+    return unit_rows(target, unit, layer_ids, device, taps_fn).taps
+
+
+def unit_rows(
+    target: Target,
+    unit: Unit,
+    layer_ids: list[int],
+    device: torch.device,
+    taps_fn: TapsFn | None = None,
+    greedy: bool = False,
+) -> Rows:
+    """``unit_features``, and with ``greedy`` the target's greedy next token at each of those positions,
+    from the same forwards (the target in-process only: a feature source has no logits)."""
+    if greedy and taps_fn is not None:
+        raise ValueError("greedy labels need the target in-process (feature_source=hf)")
     parts = []
     cache = target.new_cache()
-    for i, seg in enumerate(unit.segments):
-        if taps_fn is not None:
-            parts.append(taps_fn(seg.seq.input_ids, seg.shared).to(device, non_blocking=True))
-            continue
-        ids = torch.tensor(seg.seq.input_ids, dtype=torch.long, device=device)[None]
-        last = i == len(unit.segments) - 1
-        if seg.shared == 0 and last:  # nothing to continue from, nothing continues from it: no cache kept
-            parts.append(target.tap(ids, layer_ids).to(device))
-            continue
-        # drop what the previous segment computed beyond the shared prefix, then extend the cache
-        Target.crop_cache(cache, seg.shared)
-        out = target.forward(ids[:, seg.shared :], cache, layer_ids=layer_ids, logits_to_keep=1)
-        assert out.taps is not None
-        parts.append(out.taps.to(device))  # a sharded target's taps come off its first GPU
-    return torch.cat(parts, dim=1)
+    capture: AbstractContextManager[list[torch.Tensor]] = target.greedy_ids() if greedy else nullcontext([])
+    with capture as found:
+        for i, seg in enumerate(unit.segments):
+            if taps_fn is not None:
+                parts.append(taps_fn(seg.seq.input_ids, seg.shared).to(device, non_blocking=True))
+                continue
+            ids = torch.tensor(seg.seq.input_ids, dtype=torch.long, device=device)[None]
+            last = i == len(unit.segments) - 1
+            if seg.shared == 0 and last:  # nothing to continue from, nothing continues from it: no cache
+                parts.append(target.tap(ids, layer_ids).to(device))
+                continue
+            # drop what the previous segment computed beyond the shared prefix, then extend the cache
+            Target.crop_cache(cache, seg.shared)
+            out = target.forward(ids[:, seg.shared :], cache, layer_ids=layer_ids, logits_to_keep=1)
+            assert out.taps is not None
+            parts.append(out.taps.to(device))  # a sharded target's taps come off its first GPU
+    taps = torch.cat(parts, dim=1)
+    return Rows(taps, torch.cat([g.to(device) for g in found], dim=1) if greedy else None)
 
 
 def part_rows(part: Unit) -> torch.Tensor:
@@ -108,7 +141,7 @@ class FeatureMemo:
     its last. Whole units are never kept. Without a plan, every split unit is kept (held-out steps: a
     few, reused at every evaluation)."""
 
-    held: dict[int, tuple[Unit, torch.Tensor]] = field(default_factory=dict)
+    held: dict[int, tuple[Unit, Rows]] = field(default_factory=dict)
     left: dict[int, int] | None = None
     source: FeatureSource | None = None  # the run's feature source, built at its first step
 
@@ -116,12 +149,10 @@ class FeatureMemo:
         self.held.clear()
         self.left = dict(Counter(id(u.source) for s in steps for u in s if u.origin is not None))
 
-    def features(
-        self, units: list[Unit], compute: Callable[[Unit], torch.Tensor]
-    ) -> tuple[list[torch.Tensor], int]:
+    def features(self, units: list[Unit], compute: Callable[[Unit], Rows]) -> tuple[list[Rows], int]:
         """Each unit's features (a part's gathered from its source's), and the positions the target
         computed for them now."""
-        here: dict[int, torch.Tensor] = {}  # this step's sources, whatever is dropped meanwhile
+        here: dict[int, Rows] = {}  # this step's sources, whatever is dropped meanwhile
         out, computed = [], 0
         for u in units:
             src, key = u.source, id(u.source)
@@ -135,11 +166,12 @@ class FeatureMemo:
             if u.origin is None:
                 out.append(feats)
                 continue
-            out.append(feats[:, part_rows(u).to(feats.device)])
+            out.append(feats.gather(part_rows(u)))
             left = None if self.left is None else self.left.get(key, 1) - 1
             if left is None or left > 0:
                 if key not in self.held:
-                    self.held[key] = (src, to_host(feats))  # the Unit kept too: its id stays its own
+                    greedy = None if feats.greedy is None else to_host(feats.greedy)
+                    self.held[key] = (src, Rows(to_host(feats.taps), greedy))  # the Unit kept: its id stays
                 if self.left is not None:
                     self.left[key] = left  # type: ignore[assignment]
             else:
@@ -163,20 +195,34 @@ def make_step(
     device: torch.device,
     taps_fn: TapsFn | None = None,
     memo: FeatureMemo | None = None,
+    labels: str = "text",
+    supervise: str = "completions",
 ) -> PackedStep:
+    """The step's rows and their labels: ``labels`` text (each row's own token) or greedy (the target's
+    greedy chain, ``layout.greedy_targets``); ``supervise`` completions (the recorded completions' rows,
+    the sequences' loss mask) or all (every row: the prompt's tool output, code and text too)."""
     memo = memo or FeatureMemo()
-    feats, computed = memo.features(units, lambda src: unit_features(target, src, layer_ids, device, taps_fn))
-    feats = [f.to(device, non_blocking=True) for f in feats]
+    greedy = labels == "greedy"
+    rows, computed = memo.features(
+        units, lambda src: unit_rows(target, src, layer_ids, device, taps_fn, greedy=greedy)
+    )
     segs = [s for u in units for s in u.segments]
-    ids = [t for s in segs for t in s.seq.input_ids[s.shared :]]
+    ids = torch.tensor([t for s in segs for t in s.seq.input_ids[s.shared :]], dtype=torch.long)
     mask = torch.tensor([m for s in segs for m in s.seq.loss_mask[s.shared :]], dtype=torch.long)
+    if supervise == "all":
+        mask = torch.ones_like(mask)
     share = L.block_diagonal([L.chain_share([s.shared for s in u.segments]) for u in units])
     layout = L.Layout.build([s.computed for s in segs], [s.shared for s in segs], share, torch.device("cpu"))
+    label_ids = None
+    if greedy:
+        nxt = torch.cat([r.greedy for r in rows if r.greedy is not None], dim=1)[0].cpu()
+        label_ids, mask = L.greedy_targets(ids, nxt, mask, layout)
     return PackedStep(
-        torch.cat(feats, dim=1),
-        torch.tensor(ids, dtype=torch.long, device=device),
+        torch.cat([r.taps.to(device, non_blocking=True) for r in rows], dim=1),
+        ids.to(device),
         mask.to(device),
         layout.map(lambda t: t.to(device)),
+        label_ids=None if label_ids is None else label_ids.to(device),
         target_tokens=computed,
         cpu_mask=mask,
         cpu_layout=layout,
@@ -208,7 +254,7 @@ def step_for(
         def taps_fn(ids: list[int], start: int) -> torch.Tensor:
             return from_source(ids, start).to(dtype)
 
-    return make_step(target, units, layer_ids, device, taps_fn, memo)
+    return make_step(target, units, layer_ids, device, taps_fn, memo, cfg.labels, cfg.supervise)
 
 
 def sample_anchors(

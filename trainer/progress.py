@@ -49,6 +49,15 @@ class Progress:
             self._last_log = time.monotonic()
             typer.echo(f"step {step}/{self.total}: {stats}")
 
+    def say(self, text: str) -> None:
+        """A line of its own above the bar on a terminal, a plain line off one."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.console.print(text, highlight=False, markup=False)
+        else:
+            typer.echo(text)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
@@ -128,4 +137,5 @@ def track(acc: Any, cfg: Any, prefix: str, rec: dict[str, Any]) -> None:
         return
     values = {f"{prefix}/{k}": v for k, v in rec.items() if k != "step" and isinstance(v, int | float)}
     values.update({f"{prefix}/acc@{i + 1}": a for i, a in enumerate(rec.get("acc", []))})
+    values.update({f"{prefix}/accept@{i + 1}": a for i, a in enumerate(rec.get("accept", []))})
     acc.log(values, step=int(rec["step"]))

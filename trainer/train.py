@@ -45,6 +45,8 @@ from trainer.dflash.objective import StepOutput, use_flex_attention
 from trainer.drafting import Drafting, finish, make_drafting, step_loss
 from trainer.feeding import StepFeed
 from trainer.heldout import HeldOut
+from trainer.heldout import line as heldout_line
+from trainer.heldout import plot as plot_curve
 from trainer.packed import describe_steps, epoch_order, plan_steps, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.ranks import accelerator, out_of_time
@@ -204,17 +206,38 @@ def loop(
                     append_jsonl(run_dir / "metrics.jsonl", rec)
                 track(acc, cfg, "train", rec)
                 progress.update(pos.step, rec["loss"], rec["acc"], rec["tokens"] / max(elapsed, 1e-9))
-            if heldout and pos.step % cfg.eval_every == 0:
-                rec = {"step": pos.step, **heldout.run(acc, target, d, weights, flex)}
-                if acc.is_main_process:
-                    append_jsonl(run_dir / "heldout.jsonl", rec)
-                track(acc, cfg, "heldout", rec)
+            if heldout and (pos.step % cfg.eval_every == 0 or pos.step == d.total_steps):
+                evaluate_heldout(acc, cfg, run_dir, target, d, heldout, pos.step, weights, flex, progress)
             at_epoch_end = micro % d.micro_per_epoch == 0
             if (cfg.save_every and pos.step % cfg.save_every == 0) or (at_epoch_end and not cfg.save_every):
                 save_checkpoint(acc, run_dir, pos, cfg.keep_checkpoints)
     finally:
         progress.close()
     return meter
+
+
+def evaluate_heldout(
+    acc: Accelerator,
+    cfg: TrainConfig,
+    run_dir: Path,
+    target: Target,
+    d: Drafting,
+    heldout: HeldOut,
+    step: int,
+    weights: torch.Tensor,
+    flex: bool,
+    progress: Progress,
+) -> None:
+    """One point of the learning curve (``trainer.heldout``): a line in heldout.jsonl, the redrawn
+    heldout.png, the trackers and a line on the progress output. Also after the last step, so the
+    curve always ends at the drafter that is saved."""
+    path = run_dir / "heldout.jsonl"
+    rec = {"step": step, **heldout.run(acc, target, d, weights, flex)}
+    if acc.is_main_process:
+        append_jsonl(path, rec)
+        plot_curve([json.loads(x) for x in path.read_text().splitlines()], run_dir / "heldout.png")
+        progress.say(heldout_line(rec))
+    track(acc, cfg, "heldout", rec)
 
 
 def train_step(

@@ -238,13 +238,16 @@ def test_held_out_evaluation_every_n_steps_and_tensorboard(tmp_path: Path, calls
     )
     lines = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [2, 4]
-    assert all(len(r["acc"]) == 3 and r["labels"] > 0 and r["loss"] > 0 for r in lines)
+    assert all(len(r["accept"]) == 3 and r["blocks"] > 0 and r["loss"] > 0 for r in lines)
+    assert all(r["tau"] >= 1 and r["tau_scrambled"] >= 1 and r["context"] for r in lines)
+    assert (run / "heldout.png").stat().st_size > 0  # the curve, redrawn at each point
+    assert json.loads((run / "train_summary.json").read_text())["heldout"] == lines[-1]
     events = list(run.rglob("events.out.tfevents.*"))
     assert events  # accelerate's TensorBoard tracker wrote under the run directory
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     tags = EventAccumulator(str(events[0].parent)).Reload().Tags()["scalars"]
-    assert {"train/loss", "heldout/loss", "heldout/acc@1"} <= set(tags)
+    assert {"train/loss", "heldout/loss", "heldout/tau", "heldout/accept@1"} <= set(tags)
 
 
 def test_ranks_agree_on_a_signal_one_step_later_without_waiting_for_this_step() -> None:
@@ -283,7 +286,15 @@ def test_a_time_budget_ends_training_at_a_step_and_keeps_the_drafter(
 
 
 class HeadElsewhere(torch.nn.Module):
-    """The LM head of a target sharded over GPUs, as the drafter's device sees it: not to be read per step."""
+    """The LM head of a target sharded over GPUs, as the drafter's device sees it: its weight is not to be
+    read per step. The target's own forward still runs it where it lives (its greedy labels)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("where_it_lives", weight.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.where_it_lives.T
 
     @property
     def weight(self) -> torch.Tensor:  # type: ignore[override]
@@ -302,7 +313,7 @@ def test_the_loop_uses_the_targets_head_where_the_drafter_is(  # type: ignore[no
     def then_shard(*args):  # type: ignore[no-untyped-def]
         d = setup(*args)
         assert d.head.device == d.embed.device == torch.device("cpu")
-        target.model.set_output_embeddings(HeadElsewhere())
+        target.model.set_output_embeddings(HeadElsewhere(d.head))
         return d
 
     monkeypatch.setattr(train_mod, "make_drafting", then_shard)

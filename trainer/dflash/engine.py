@@ -45,8 +45,14 @@ class DFlashSpeculative:
         block_size: int | None = None,
         prefill_chunk: int = 512,
         prefix: PrefixCache | None = None,
+        scramble: bool = False,
     ) -> None:
         self.prefix = prefix  # prompts prefilled before (the plain decode of the same prompt) are not again
+        # The context check (`trainer eval`): the drafter given other positions' features, the target
+        # verifying as ever (still lossless). A drafter that accepts as much this way ignores its context.
+        self.scramble = scramble
+        self._pool: torch.Tensor | None = None  # the prompt's features, rolled half their length
+        self._next = 0
         self.drafter = drafter.eval()
         self.block_size = int(block_size or drafter.block_size)
         if self.block_size < 2:
@@ -70,6 +76,18 @@ class DFlashSpeculative:
         dtype = self.drafter.fc.weight.dtype  # the drafter may run in another precision than the target
         noise = F.embedding(block, _weight(target.embed_tokens)).to(dtype)
         return self.drafter(noise, ctx.to(dtype), positions, None, cache)[0]
+
+    def _seen(self, ctx: torch.Tensor, prompt: bool) -> torch.Tensor:
+        """The features the drafter is given for new context positions: the target's own, or scrambled
+        (the prompt's rolled by half its length; each later position one of those, in turn)."""
+        if not self.scramble:
+            return ctx
+        if prompt or self._pool is None:
+            self._pool, self._next = ctx.roll(ctx.shape[1] // 2, dims=1), 0
+            return self._pool
+        idx = (self._next + torch.arange(ctx.shape[1], device=ctx.device)) % self._pool.shape[1]
+        self._next += ctx.shape[1]
+        return self._pool[:, idx]
 
     def _draft(
         self, target: Target, last: int, ctx: torch.Tensor, start: int, cache: DraftCache
@@ -104,6 +122,7 @@ class DFlashSpeculative:
         pre = yield from prefill(target, prompt_ids, layer_ids, self.prefill_chunk, self.prefix)
         cache, ctx = pre.cache, pre.taps  # taps of positions 0..p-1
         assert ctx is not None
+        ctx = self._seen(ctx, prompt=True)
         last = int(sampler.sample(pre.logits))
         yield [last]
         start = len(prompt_ids)  # position of `last`: accepted, not yet seen by the target
@@ -130,7 +149,7 @@ class DFlashSpeculative:
             yield new
             # the target has now seen slots 0..acc (anchor + accepted drafts); the bonus is the next anchor
             Target.crop_cache(cache, start + acc + 1)
-            ctx = out.taps[:, : acc + 1]
+            ctx = self._seen(out.taps[:, : acc + 1], prompt=False)
             start += acc + 1
             last = bonus
 
@@ -252,10 +271,13 @@ STRATEGIES: dict[type[DFlashDraftModel], type[DFlashSpeculative]] = {
 
 
 def speculative(
-    drafter: DFlashDraftModel, block_size: int | None = None, prefix: PrefixCache | None = None
+    drafter: DFlashDraftModel,
+    block_size: int | None = None,
+    prefix: PrefixCache | None = None,
+    scramble: bool = False,
 ) -> DFlashSpeculative:
-    """The decoding strategy of the drafter's kind."""
-    return STRATEGIES[type(drafter)](drafter, block_size=block_size, prefix=prefix)
+    """The decoding strategy of the drafter's kind (``scramble``: given other positions' features)."""
+    return STRATEGIES[type(drafter)](drafter, block_size=block_size, prefix=prefix, scramble=scramble)
 
 
 def engine_factory(  # type: ignore[no-untyped-def]

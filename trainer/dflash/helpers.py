@@ -132,6 +132,13 @@ def per_position_accuracy(
     return hit[:, 1:].sum(0), valid[:, 1:].sum(0)
 
 
+def accepted_lengths(pred: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[A]: per block, how many of its drafted slots 1.. a verifier would accept before the first one that
+    misses its label (a slot that is not a label ends the run: nothing after it can be checked)."""
+    hit = ((pred == labels) & valid)[:, 1:]
+    return torch.cumprod(hit.to(torch.int64), dim=1).sum(1)
+
+
 def acceptance_from_accuracy(correct: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
     """Teacher-forced estimate of tau from per-slot accuracies (an upper-bound-ish proxy for logging only).
 

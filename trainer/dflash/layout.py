@@ -100,6 +100,28 @@ def block_labels(
     return labels, valid
 
 
+def greedy_targets(
+    input_ids: torch.Tensor, next_ids: torch.Tensor, supervised: torch.Tensor, layout: Layout
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels along the target's own greedy chain: (label ids [T], loss mask [T]).
+
+    ``next_ids[j]`` is the target's greedy token after row j (the argmax of its logits there). Row r's
+    label is ``next_ids[r-1]``: what greedy decoding emits at r given the text before it. A block anchored
+    at a is drafted, at serving time, from a greedy prefix: slot k's label is the greedy chain's only
+    while the text a..a+k-1 follows that chain, so row r is supervised when ``supervised[r]`` and the
+    token before it is the target's greedy choice (``block_labels``' run over the mask then stops at the
+    first slot after a departure). A segment's first row has no previous row here, so neither it nor the
+    row after it is ever a label (a prefix-shared segment loses one anchor, no more)."""
+    same = torch.zeros_like(supervised, dtype=torch.bool)
+    same[1:] = layout.seg[1:] == layout.seg[:-1]
+    labels = input_ids.clone()
+    labels[1:] = torch.where(same[1:], next_ids[:-1], input_ids[1:])
+    follows = same & (input_ids == labels)  # row r's token is the greedy choice after row r-1
+    mask = torch.zeros_like(supervised)
+    mask[1:] = (supervised[1:].bool() & same[1:] & follows[:-1]).to(supervised.dtype)
+    return labels, mask
+
+
 def block_positions(anchors: torch.Tensor, block_size: int, layout: Layout) -> torch.Tensor:
     """[A, B] the slots' positions in their own call."""
     return layout.pos[anchors][:, None] + torch.arange(block_size, device=anchors.device)[None, :]

@@ -25,6 +25,7 @@ class StepOutput:
     n_anchors: int
     n_labels: int
     weight: torch.Tensor  # the summed loss weight of the labels (the loss's denominator)
+    accepted: torch.Tensor | None = None  # [A] per block: its leading drafted tokens that match their labels
 
 
 # Query rows per piece of a block mask's construction (a multiple of flex attention's 128-row blocks).
@@ -90,11 +91,14 @@ def block_hidden(
     flex: bool,
     layout: L.Layout | None,
     shift: int = 0,
+    label_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The drafter's pass over every anchored block: (hidden [1, A*S, H], labels [A, S], valid [A, S]) with
     S = ``block_size - shift`` query slots. DFlash (shift 0): slot k predicts the token at a+k (slot 0 is
     the anchor, never a label). DSpark (shift 1): its B-1 slots are [anchor, mask...] and slot k predicts
-    the token at a+k+1, so the labels are DFlash's slots 1..B-1."""
+    the token at a+k+1, so the labels are DFlash's slots 1..B-1. ``label_ids``: each position's label
+    where it is not its own token (greedy labels); the block's inputs are always ``input_ids``."""
+    label_ids = input_ids if label_ids is None else label_ids
     t = input_ids.shape[0]
     a = anchors.numel()
     b = block_size - shift
@@ -105,7 +109,7 @@ def block_hidden(
     if layout is None:
         pos = torch.cat([torch.arange(t, device=dev), H.block_positions(anchors, b).flatten()])[None]
         mask = _flex_mask(anchors, t, b, dev) if flex else H.block_attention_mask(anchors, t, b)
-        labels, valid = H.block_labels(input_ids, loss_mask, anchors, block_size)
+        labels, valid = H.block_labels(label_ids, loss_mask, anchors, block_size)
     else:
         pos = torch.cat([layout.pos, L.block_positions(anchors, b, layout).flatten()])[None]
         # dense (CPU): per segment, so the packed step's other documents are never scored
@@ -114,7 +118,7 @@ def block_hidden(
             if flex
             else L.document_mask(anchors, b, layout)
         )
-        labels, valid = L.block_labels(input_ids, loss_mask, anchors, block_size, layout)
+        labels, valid = L.block_labels(label_ids, loss_mask, anchors, block_size, layout)
     return drafter(noise, taps, pos, mask), labels[:, shift:], valid[:, shift:]
 
 
@@ -151,6 +155,7 @@ def dflash_loss(
     layout: L.Layout | None = None,
     rows: torch.Tensor | None = None,  # [N] flat indices (into A·B) of the valid slots, when known
     head_weight: float = 1.0,  # the kind's extra head loss (DSpark: confidence; DFlash2: selector)
+    label_ids: torch.Tensor | None = None,  # [T] labels where they are not the tokens (greedy labels)
 ) -> StepOutput:
     """The block objective of any drafter kind on one sequence, or on a packed step when ``layout`` says
     which segment each position belongs to (the drafter may be DDP/FSDP-wrapped): the weighted per-slot
@@ -176,6 +181,7 @@ def dflash_loss(
         flex,
         layout,
         shift=shift,
+        label_ids=label_ids,
     )
     # a boolean index is a nonzero: it waits for the device (the training loop passes host-side rows)
     rows = valid.flatten().nonzero().squeeze(1) if rows is None else slot_rows(rows, block_size, shift)
@@ -200,10 +206,10 @@ def dflash_loss(
     if preds:
         pred_full.view(-1).index_copy_(0, rows, torch.cat(preds))
     pad = torch.zeros(a, shift, dtype=torch.long, device=dev)  # DFlash's slots before the query block
-    correct, total = H.per_position_accuracy(
-        torch.cat([pad, pred_full], 1), torch.cat([pad, labels], 1), torch.cat([pad.bool(), valid], 1)
-    )
+    padded = (torch.cat([pad, pred_full], 1), torch.cat([pad, labels], 1), torch.cat([pad.bool(), valid], 1))
+    correct, total = H.per_position_accuracy(*padded)
     return StepOutput(
+        accepted=H.accepted_lengths(*padded).detach(),
         loss=loss,
         correct=correct.detach(),
         total=total.detach(),
