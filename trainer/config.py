@@ -83,7 +83,14 @@ class TrainConfig(BaseModel):
         description="dflash2: channels sharing one convolution coefficient (divides the hidden size).",
     )
     target_layer_ids: list[int] | None = Field(
-        None, description="Tapped target layers; default one per drafter layer, spread from 1 to n-3."
+        None, description="Tapped target layers; default num_taps of them, spread from 1 to n-3."
+    )
+    num_taps: int | None = Field(
+        None,
+        ge=1,
+        description="Target layers tapped when target_layer_ids is unset, spread from 1 to n-3 (at most the "
+        "target's layers less one); default one per drafter layer. A one-layer drafter reads the late "
+        "layers, where the target's next tokens are, only with several taps.",
     )
     mask_token_id: int | None = Field(None, description="Mask token id; default chosen from the tokenizer.")
     intermediate_size: int | None = Field(None, description="Drafter MLP width; default the target's.")

@@ -111,6 +111,7 @@ def make_drafting(acc: Accelerator, cfg: TrainConfig, target: Target, n_seqs: in
         mask_token_id=mask_id,
         target_layer_ids=cfg.target_layer_ids,
         intermediate_size=cfg.intermediate_size,
+        num_taps=cfg.num_taps,
     )
     dcfg = kind_config(cfg, dcfg)
     if not KINDS[cfg.drafter].fsdp and acc.distributed_type == DistributedType.FSDP:

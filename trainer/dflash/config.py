@@ -86,12 +86,14 @@ def make_draft_config(
     mask_token_id: int,
     target_layer_ids: list[int] | None = None,
     intermediate_size: int | None = None,
+    num_taps: int | None = None,
 ) -> Qwen3Config:
-    """A drafter config for ``target``: ``num_hidden_layers`` Qwen3 layers at the target's width."""
+    """A drafter config for ``target``: ``num_hidden_layers`` Qwen3 layers at the target's width, tapping
+    ``target_layer_ids``, else ``num_taps`` layers spread over the target (as many as it has, for a
+    shallow one), else one per drafter layer."""
     n_target = int(target.num_hidden_layers)
-    ids = (
-        list(target_layer_ids) if target_layer_ids else default_target_layer_ids(n_target, num_hidden_layers)
-    )
+    taps = min(num_taps, n_target - 1) if num_taps else num_hidden_layers
+    ids = list(target_layer_ids) if target_layer_ids else default_target_layer_ids(n_target, taps)
     if max(ids) > n_target - 2 or min(ids) < 0:
         raise ValueError(
             f"target_layer_ids {ids} out of range 0..{n_target - 2} for a {n_target}-layer target"
