@@ -1,14 +1,17 @@
 """The learning curve: held-out acceptance every ``eval_every`` optimizer steps, and whether the drafter
 reads its context.
 
-Each evaluation drafts a block at every anchor of the held-out split's recorded completions (the first
-``heldout_tokens`` target positions of it, the target's features computed once and kept) and scores it
-along the target's own greedy chain (``layout.greedy_targets``): a drafted token counts while every
-token before it in the block was accepted and the text still follows what greedy decoding emits. That is
-the acceptance greedy speculative decoding gets from these contexts, without running the decoder (real
-tau comes from ``python -m trainer eval`` after training). The same blocks are drafted a second time with
-every position's target features replaced by another position's (rolled half the step): a drafter that
-accepts no less without its features ignores its context, whatever its loss says.
+Each evaluation drafts blocks on the held-out split (its first ``heldout_tokens`` target positions, their
+features computed once and kept) and scores each along the target's own greedy chain
+(``layout.greedy_targets``): a drafted token counts while every token before it in the block was
+accepted and the text still follows what greedy decoding emits — the acceptance greedy speculative
+decoding gets from these contexts, without running the decoder (real tau comes from ``python -m trainer
+eval`` after training). Where the text leaves the chain the block's run ends, so a view whose text was
+sampled (a harvest's completions) scores fewer slots than decoding would. Two views: ``completions``
+(every anchor of the recorded completions: what the bench drafts) and ``prompts`` (a fixed sample of
+anchors over every position: far more blocks). Every block is drafted a second time with every
+position's features replaced by another position's (rolled half the step): a drafter that accepts no
+less without its features ignores its context, whatever its loss says.
 
 All ranks take part (a sharded drafter needs them); the main process appends one line to
 ``heldout.jsonl``, redraws ``heldout.png`` and prints one line on the progress output.
@@ -35,6 +38,7 @@ from trainer.feeding import host_copy, to_device
 from trainer.packed import FeatureMemo, PackedStep, step_for
 
 ANCHOR_CHUNK = 256  # blocks drafted per pass: the held-out split's every anchor, a few hundred at a time
+PROMPT_ANCHORS = 1024  # the dense view's blocks per evaluation, over every held-out position
 BOOTSTRAP = 2000  # resamples of held-out sessions for the context gain's interval
 
 
@@ -53,10 +57,10 @@ class HeldOut:
                 break
             self.steps.append(units)
             budget -= cost
-        # greedy labels on the recorded completions, whatever the run trains on: what the bench drafts
-        # (a feature source has no logits: there the completions' own tokens)
+        # greedy labels on every position, whatever the run trains on (a feature source has no logits:
+        # there the recorded tokens); the completions, what the bench drafts, are a view of the same step
         labels = labels if cfg.feature_source == "hf" else "text"
-        self.cfg = cfg.model_copy(update={"labels": labels, "supervise": "completions"})
+        self.cfg = cfg.model_copy(update={"labels": labels, "supervise": "all"})
         self._cached: dict[int, PackedStep] = {}
         self._memo = FeatureMemo()  # a split held-out session computed once for all its parts
 
@@ -71,28 +75,49 @@ class HeldOut:
         self._cached[i] = host_copy(step)  # reused at every evaluation, from host memory
         return step
 
+    def _completions(self, i: int, step: PackedStep) -> PackedStep:
+        """The step with only its recorded completions as labels (the greedy chain's rows among them)."""
+        segs = [s for u in self.steps[i] for s in u.segments]
+        comp = torch.tensor([m for s in segs for m in s.seq.loss_mask[s.shared :]], dtype=torch.long)
+        mask = step.cpu_mask * comp
+        return dataclasses.replace(step, loss_mask=mask.to(step.loss_mask.device), cpu_mask=mask)
+
     @torch.no_grad()
     def run(
         self, acc: Accelerator, target: Target, d: Drafting, weights: torch.Tensor, flex: bool
     ) -> dict[str, Any]:
+        """Both views, each with the features and scrambled: ``completions`` (every anchor of the recorded
+        completions: what the bench drafts, a few hundred blocks) and ``prompts`` (``PROMPT_ANCHORS``
+        anchors over every position of the held-out sessions, the same ones each time: the dense view,
+        which decides the context check)."""
         b = self.cfg.block_size
-        plain, scrambled = Tally(b), Tally(b)
+        views = {name: (Tally(b), Tally(b)) for name in ("completions", "prompts")}
+        per_step = -(-PROMPT_ANCHORS // max(1, len(self.steps)))
         d.model.eval()
         for i in range(len(self.steps)):
             step = self._step(i, target, d, acc.device)
-            anchors = torch.nonzero(L.candidates(step.cpu_mask, step.cpu_layout or step.layout)).flatten()
-            roll = step.taps.roll(step.taps.shape[1] // 2, dims=1)  # every position another's features
+            layout = step.cpu_layout or step.layout
             sessions = [s.seq.session_id or s.seq.sequence_id for u in self.steps[i] for s in u.segments]
-            for start in range(0, anchors.numel(), ANCHOR_CHUNK):
-                part = anchors[start : start + ANCHOR_CHUNK]
-                keys = [sessions[s] for s in (step.cpu_layout or step.layout).seg[part].tolist()]
-                plain.add(step_loss(d, target, step, part, block_size=b, weights=weights, flex=flex), keys)
-                off = dataclasses.replace(step, taps=roll)
-                scrambled.add(step_loss(d, target, off, part, block_size=b, weights=weights, flex=flex), keys)
+            comp = self._completions(i, step)
+            every = torch.nonzero(L.candidates(step.cpu_mask, layout)).flatten()
+            pick = torch.randperm(every.numel(), generator=torch.Generator().manual_seed(i))[:per_step]
+            for name, view, anchors in (
+                ("completions", comp, torch.nonzero(L.candidates(comp.cpu_mask, layout)).flatten()),
+                ("prompts", step, torch.sort(every[pick]).values),
+            ):
+                off = dataclasses.replace(view, taps=view.taps.roll(view.taps.shape[1] // 2, dims=1))
+                for start in range(0, anchors.numel(), ANCHOR_CHUNK):
+                    part = anchors[start : start + ANCHOR_CHUNK]
+                    keys = [sessions[s] for s in layout.seg[part].tolist()]
+                    for tally, which in zip(views[name], (view, off), strict=True):  # features; scrambled
+                        out = step_loss(d, target, which, part, block_size=b, weights=weights, flex=flex)
+                        tally.add(out, keys)
         d.model.train()
-        rec = plain.summary()
-        rec["tau_scrambled"] = scrambled.summary()["tau"]
-        rec.update(context_verdict(plain, scrambled))
+        rec = views["completions"][0].summary()
+        rec["tau_scrambled"] = views["completions"][1].summary()["tau"]
+        prompts = views["prompts"][0].summary()
+        rec["prompts"] = {**prompts, "tau_scrambled": views["prompts"][1].summary()["tau"]}
+        rec.update(context_verdict(*views["prompts"]))
         return rec
 
 
@@ -180,9 +205,11 @@ def line(rec: dict[str, Any]) -> str:
     accept = " ".join(f"{a:.2f}" for a in rec["accept"][:6])
     ci = rec.get("context_gain_ci")
     gain = "" if ci is None else f", gain [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+    p = rec["prompts"]
     return (
-        f"held-out @ step {rec['step']}: tau {rec['tau']:.3f} (features scrambled {rec['tau_scrambled']:.3f}"
-        f"{gain}: {rec['context']}) accept@1..6 {accept} over {rec['blocks']} blocks, loss {rec['loss']:.3f}"
+        f"held-out @ step {rec['step']}: completions tau {rec['tau']:.3f} (scrambled {rec['tau_scrambled']:.3f}, "
+        f"{rec['blocks']} blocks, accept@1..6 {accept}); prompts tau {p['tau']:.3f} (scrambled "
+        f"{p['tau_scrambled']:.3f}, {p['blocks']} blocks{gain}): {rec['context']}"
     )
 
 
@@ -197,11 +224,13 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
 
     steps = [r["step"] for r in records]
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
-    ax.plot(steps, [r["tau"] for r in records], "o-", label="drafter")
-    ax.plot(steps, [r["tau_scrambled"] for r in records], "x--", label="features scrambled")
+    ax.plot(steps, [r["tau"] for r in records], "o-", label="completions")
+    ax.plot(steps, [r["tau_scrambled"] for r in records], "x--", label="completions, features scrambled")
+    ax.plot(steps, [r["prompts"]["tau"] for r in records], "s-", label="prompts")
+    ax.plot(steps, [r["prompts"]["tau_scrambled"] for r in records], "+--", label="prompts, scrambled")
     ax.axhline(1.0, color="grey", lw=0.5)
     ax.set(xlabel="optimizer step", ylabel="held-out tau (greedy chain)", title="learning curve")
-    ax.legend()
+    ax.legend(fontsize=7)
     last = records[-1]
     bx.bar(range(1, len(last["accept"]) + 1), last["accept"])
     bx.set(xlabel="draft position", ylabel="accepted fraction", title=f"step {last['step']}", ylim=(0, 1))
