@@ -239,7 +239,8 @@ def test_held_out_evaluation_every_n_steps_and_tensorboard(tmp_path: Path, calls
     lines = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [2, 4]
     assert all(len(r["accept"]) == 3 and r["blocks"] > 0 and r["loss"] > 0 for r in lines)
-    assert all(r["tau"] >= 1 and r["tau_scrambled"] >= 1 and r["context"] for r in lines)
+    assert all(r["context"] in ("reads its context", "not resolved", "IGNORES ITS CONTEXT") for r in lines)
+    assert all(1 <= r["tau_scrambled"] <= 4 for r in lines)  # block 4: at most 3 drafts and the bonus
     assert all(r["prompts"]["blocks"] > r["blocks"] for r in lines)  # the dense view: every position
     assert (run / "heldout.png").stat().st_size > 0  # the curve, redrawn at each point
     assert json.loads((run / "train_summary.json").read_text())["heldout"] == lines[-1]
