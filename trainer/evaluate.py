@@ -347,7 +347,10 @@ def eval_command(
     typer.echo(f"tau by agent: {r['tau_by_agent']}; by language: {r['tau_by_language']}")
     if "context" in r:
         ci = r["context_gain_ci"]
-        interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}] over {r['context_units']} sessions" if ci else ""
+        over = f"{r['context_units']} sessions" + (
+            ", resampling prompts" if r["context_resampled"] == "block" else ""
+        )
+        interval = f" [{ci[0]:+.3f}, {ci[1]:+.3f}] over {over}" if ci else ""
         typer.echo(
             f"context check: tau {r['tau_scrambled']} with its features scrambled (gain {r['context_gain']:+.3f}"
             f"{interval}): the drafter {context_phrase(r['context'])}"

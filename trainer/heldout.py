@@ -40,6 +40,7 @@ from trainer.packed import FeatureMemo, PackedStep, step_for
 ANCHOR_CHUNK = 256  # blocks drafted per pass: the held-out split's every anchor, a few hundred at a time
 PROMPT_ANCHORS = 1024  # the dense view's blocks per evaluation, over every held-out position
 BOOTSTRAP = 2000  # resamples of held-out sessions for the context gain's interval
+MIN_SESSIONS = 3  # fewer sessions than this are no sample of sessions: the interval resamples blocks
 
 
 class HeldOut:
@@ -167,7 +168,8 @@ def context_verdict(plain: Tally, scrambled: Tally) -> dict[str, Any]:
 def paired_context_verdict(by_unit: Mapping[str, Sequence[float]]) -> dict[str, Any]:
     """Does the drafter read its context? Paired differences (with its features minus scrambled) of
     accepted lengths, grouped by the unit that is independent (a held-out session: its blocks or prompts
-    are not independent of each other). The mean, its 95 % interval by resampling units, and the
+    are not independent of each other; with fewer than ``MIN_SESSIONS`` the blocks are resampled, and the
+    record says so: the interval then speaks for these sessions only). The mean, its 95 % interval, and the
     verdict: ``reads its context`` when the interval is above 0, ``IGNORES ITS CONTEXT`` when it
     accepts no more with its features than without, ``not resolved`` between (one unit: no interval)."""
     sums = [(sum(v), len(v)) for v in by_unit.values() if v]
@@ -178,6 +180,9 @@ def paired_context_verdict(by_unit: Mapping[str, Sequence[float]]) -> dict[str, 
             "context_units": 0,
             "context": "no held-out blocks",
         }
+    resampled = "session"
+    if len(sums) < MIN_SESSIONS:  # too few to resample: the blocks themselves (what this drafter does here)
+        sums, resampled = [(x, 1) for v in by_unit.values() for x in v], "block"
     gain = sum(s for s, _ in sums) / sum(n for _, n in sums)
     rng = random.Random(0)
     boots = []
@@ -195,7 +200,8 @@ def paired_context_verdict(by_unit: Mapping[str, Sequence[float]]) -> dict[str, 
     return {
         "context_gain": round(gain, 4),
         "context_gain_ci": None if ci is None else [round(c, 4) for c in ci],
-        "context_units": len(sums),
+        "context_units": len(by_unit),
+        "context_resampled": resampled,
         "context": verdict,
     }
 
@@ -205,6 +211,8 @@ def line(rec: dict[str, Any]) -> str:
     accept = " ".join(f"{a:.2f}" for a in rec["accept"][:6])
     ci = rec.get("context_gain_ci")
     gain = "" if ci is None else f", gain [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+    if ci is not None and rec.get("context_resampled") == "block":
+        gain += f" over the blocks of {rec['context_units']} sessions"
     p = rec["prompts"]
     return (
         f"held-out @ step {rec['step']}: completions tau {rec['tau']:.3f} (scrambled {rec['tau_scrambled']:.3f}, "

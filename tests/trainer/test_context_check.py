@@ -15,6 +15,7 @@ from tests.trainer.dflash.tiny import tiny_config, tiny_target, write_calls
 from trainer.dflash.kinds import load_drafter
 from trainer.dflash.model import DFlashDraftModel
 from trainer.evaluate import Prompt, evaluate
+from trainer.heldout import paired_context_verdict
 from trainer.parity_probe import overfit_on
 from trainer.train import train
 
@@ -78,3 +79,19 @@ def test_the_learning_curve_names_a_disconnected_feature_path(
     out = capsys.readouterr().out
     assert "held-out @ step 4" in out
     assert "the drafter IGNORES ITS CONTEXT" in out
+
+
+def test_the_verdict_resamples_sessions_and_says_when_there_are_too_few() -> None:
+    reads = paired_context_verdict({f"s{i}": [0.4, 0.6, 0.5] for i in range(4)})
+    assert reads["context"] == "reads its context"
+    assert reads["context_resampled"] == "session"
+    assert reads["context_gain"] == pytest.approx(0.5)
+    assert paired_context_verdict({"s0": [0.0, 0.0], "s1": [0.0]})["context"] == "IGNORES ITS CONTEXT"
+    mixed = paired_context_verdict({"s0": [1.0], "s1": [-0.9], "s2": [0.2], "s3": [-0.1]})
+    assert mixed["context"] == "not resolved"  # a positive mean whose interval holds 0
+    few = paired_context_verdict(
+        {"s0": [0.5, 0.25, 0.75], "s1": [0.5, 0.5]}
+    )  # two sessions: no sample of them
+    assert few["context_resampled"] == "block"
+    assert few["context_units"] == 2
+    assert few["context"] == "reads its context"
