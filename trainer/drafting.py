@@ -223,4 +223,5 @@ def context_phrase(verdict: str) -> str:
         "reads its context": "reads its context",
         "IGNORES ITS CONTEXT": "IGNORES ITS CONTEXT (it accepts no less without its features)",
         "not resolved": "may or may not read its context (not resolved on this held-out split)",
+        "no held-out blocks": "could not be checked (no held-out block to draft)",
     }.get(verdict, verdict)

@@ -345,7 +345,7 @@ def eval_command(
     typer.echo(f"divergences from plain greedy: {ties} near-ties, {bad} mismatches ({r['near_tie']['rule']})")
     typer.echo(f"per-position acceptance: {acc}")
     typer.echo(f"tau by agent: {r['tau_by_agent']}; by language: {r['tau_by_language']}")
-    if "context" in r:
+    if r.get("context_gain") is not None:
         ci = r["context_gain_ci"]
         over = f"{r['context_units']} sessions" + (
             ", resampling prompts" if r["context_resampled"] == "block" else ""

@@ -165,6 +165,8 @@ def dflash_loss(
     comes from."""
     core = getattr(drafter, "module", drafter)  # the kind's heads, past a DDP wrapper
     assert isinstance(core, DFlashDraftModel)
+    if anchors.numel() == 0:
+        return no_blocks(drafter, block_size, taps.device)
     shift = int(core.query_shift)
     a = anchors.numel()
     s = block_size - shift  # query slots per block
@@ -216,4 +218,21 @@ def dflash_loss(
         n_anchors=a,
         n_labels=int(y.numel()),
         weight=weight,
+    )
+
+
+def no_blocks(drafter: nn.Module, block_size: int, device: torch.device) -> StepOutput:
+    """A step with no anchored block (greedy labels on text that never follows the target's chain, a
+    step without a supervised pair): a zero loss that still reaches every parameter, so a DDP backward
+    sees the same parameters on every rank, and nothing counted."""
+    zero = sum((p.sum() for p in drafter.parameters()), torch.zeros((), device=device)) * 0.0
+    none = torch.zeros(block_size - 1, device=device)
+    return StepOutput(
+        loss=zero,
+        correct=none,
+        total=none.clone(),
+        n_anchors=0,
+        n_labels=0,
+        weight=torch.zeros((), device=device),
+        accepted=torch.zeros(0, dtype=torch.long, device=device),
     )

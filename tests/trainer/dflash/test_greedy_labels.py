@@ -49,3 +49,32 @@ def test_only_supervised_rows_are_labels() -> None:
     sup = torch.tensor([0, 0, 0, 1])
     _, mask = L.greedy_targets(ids, nxt, sup, L.Layout.single(4, torch.device("cpu")))
     assert mask.tolist() == [0, 0, 0, 1]
+
+
+def test_a_step_without_a_block_is_a_zero_loss_that_reaches_every_parameter() -> None:
+    """Greedy labels on text that never follows the target's chain leave a step no anchor (the e2e chain's
+    tiny-qwen3 harvest did): the step still trains (DDP sees every parameter) and counts nothing."""
+    from tests.trainer.dflash.tiny import MASK, tiny_drafter, tiny_target
+    from trainer.dflash.objective import dflash_loss
+
+    target = tiny_target(layers=4)
+    drafter = tiny_drafter(target, block_size=4)
+    ids = torch.randint(1, 200, (20,))
+    out = dflash_loss(
+        drafter,
+        taps=target.tap(ids[None], drafter.target_layer_ids),
+        input_ids=ids,
+        loss_mask=torch.zeros(20, dtype=torch.long),
+        anchors=torch.zeros(0, dtype=torch.long),
+        embed_weight=target.embed_tokens.weight.detach(),
+        lm_head_weight=target.lm_head.weight.detach(),
+        block_size=4,
+        mask_token_id=MASK,
+        weights=H.loss_weights(4, 2.0),
+    )
+    out.loss.backward()
+    assert float(out.loss) == 0.0
+    assert all(p.grad is not None for p in drafter.parameters())
+    assert out.total.sum() == 0
+    assert out.accepted is not None
+    assert out.accepted.numel() == 0
