@@ -207,21 +207,5 @@ def finish(
         acc.print(
             f"trained {pos.step} steps in {elapsed:.0f}s ({summary['target_tokens_per_s']:.0f} target tokens/s): {run_dir}"
         )
-        if "heldout" in summary:
-            h = summary["heldout"]
-            acc.print(
-                f"held-out: tau {h['tau']:.3f} along the greedy chain, {h['tau_scrambled']:.3f} with its "
-                f"features scrambled: the drafter {context_phrase(h['context'])} (heldout.png)"
-            )
     acc.wait_for_everyone()
     acc.end_training()
-
-
-def context_phrase(verdict: str) -> str:
-    """The held-out context check's verdict (``trainer.heldout.context_verdict``) as a summary says it."""
-    return {
-        "reads its context": "reads its context",
-        "IGNORES ITS CONTEXT": "IGNORES ITS CONTEXT (it accepts no less without its features)",
-        "not resolved": "may or may not read its context (not resolved on this held-out split)",
-        "no held-out blocks": "could not be checked (no held-out block to draft)",
-    }.get(verdict, verdict)

@@ -40,8 +40,7 @@ from lm.prefix import PrefixCache
 from trainer.data.build import read
 from trainer.dflash.engine import speculative
 from trainer.dflash.kinds import load_drafter
-from trainer.drafting import context_phrase
-from trainer.heldout import paired_context_verdict
+from trainer.heldout import context_phrase, paired_context_verdict
 from trainer.lossless import divergences
 from trainer.precision import NEAR_TIE, NearTieRule
 

@@ -245,3 +245,21 @@ def plot(records: list[dict[str, Any]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def context_phrase(verdict: str) -> str:
+    """A verdict of ``paired_context_verdict`` as a summary line says it."""
+    return {
+        "reads its context": "reads its context",
+        "IGNORES ITS CONTEXT": "IGNORES ITS CONTEXT (it accepts no less without its features)",
+        "not resolved": "may or may not read its context (not resolved on this held-out split)",
+        "no held-out blocks": "could not be checked (no held-out block to draft)",
+    }.get(verdict, verdict)
+
+
+def summary_line(rec: dict[str, Any]) -> str:
+    """The run's last line about its drafter: the curve's last point and its verdict."""
+    return (
+        f"held-out: tau {rec['tau']:.3f} along the greedy chain, {rec['tau_scrambled']:.3f} with its "
+        f"features scrambled: the drafter {context_phrase(rec['context'])} (heldout.png)"
+    )

@@ -47,6 +47,7 @@ from trainer.feeding import StepFeed
 from trainer.heldout import HeldOut
 from trainer.heldout import line as heldout_line
 from trainer.heldout import plot as plot_curve
+from trainer.heldout import summary_line as heldout_summary
 from trainer.packed import describe_steps, epoch_order, plan_steps, sample_anchors
 from trainer.progress import Meter, Progress, append_jsonl, start_trackers, track
 from trainer.ranks import accelerator, out_of_time
@@ -114,6 +115,9 @@ def train(
     # ---- 6. the drafter, in the released layout -----------------------------------------------------
     save_checkpoint(acc, run_dir, pos, cfg.keep_checkpoints)
     finish(acc, cfg, run_dir, d, pos, meter, elapsed, len(seqs), report)
+    curve = run_dir / "heldout.jsonl"
+    if acc.is_main_process and curve.exists():  # the last point's verdict: the run's last word on its drafter
+        acc.print(heldout_summary(json.loads(curve.read_text().splitlines()[-1])))
     return run_dir
 
 
